@@ -1,0 +1,6 @@
+"""symfield: exact mean-field theory of wide random neural networks at initialisation."""
+from .activation import Activation, activation, activations
+from .kernel import Kernel, kernel
+
+__version__ = "0.1.0"
+from .maps import C, V, chi1, chi1_tilde, q_growth, q_map, qab_map

@@ -1,0 +1,107 @@
+"""Layer maps in numbers: q_map, qab_map, chi1, chi1_tilde, q_growth (MATH.md section 2).
+
+    q'   = sigma_w2 V(q) + sigma_b2
+    q12' = sigma_w2 C(Q1, Q2, Q12) + sigma_b2
+    chi1 = sigma_w2 E[sum_j (d psi/du_j)^2](q)      (= d q12'/d q12 at c = 1)
+
+``dps=None`` gives float64 numpy values (broadcast over arrays); ``dps=N`` gives mpmath
+numbers (element-wise, numpy object arrays for array input) correct to N digits.
+"""
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+
+from . import validate as check
+from .gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
+from .kernel import kernel
+from .numeric import evaluate
+
+
+def _num(func, name, value, dps, **rule):
+    arr = check.real(func, name, value, **rule)
+    if dps is None:
+        return arr
+    return value if isinstance(value, mpmath.mpf) or (np.ndim(value) and np.asarray(value).dtype == object) else \
+        (arr.item() if arr.ndim == 0 else arr)
+
+
+def _combine(scale, shift, base, dps):
+    if dps is None:
+        return scale * base + shift
+    with mpmath.workdps(dps):
+        f = np.frompyfunc(lambda a, b, c: +(mpmath.mpf(a) * c + mpmath.mpf(b)), 3, 1)
+        out = f(scale, shift, base)
+        return out if isinstance(out, np.ndarray) else out
+
+
+def V(act, q, dps=None):
+    """E[psi(u)^2], u ~ N(0, q I_k)."""
+    K = kernel(act)
+    dps = check.dps("V", dps)
+    qv = _num("V", "q", q, dps, lo=0, lo_open=True)
+    return evaluate(K.V, (Q,), (qv,), K.kinks, dps)
+
+
+def C(act, q1, q2, q12, dps=None):
+    """E[psi(u) psi(v)] for the two-input covariance [[q1, q12], [q12, q2]]."""
+    K = kernel(act)
+    dps = check.dps("C", dps)
+    a = _num("C", "q1", q1, dps, lo=0, lo_open=True)
+    b = _num("C", "q2", q2, dps, lo=0, lo_open=True)
+    c = _num("C", "q12", q12, dps)
+    check.covariance("C", np.asarray(a, float), np.asarray(b, float), np.asarray(c, float))
+    return evaluate(K.C, (Q1, Q2, Q12), (a, b, c), K.kinks, dps)
+
+
+def q_map(act, q, sigma_w2, sigma_b2, dps=None):
+    """Variance map q -> sigma_w2 V(q) + sigma_b2."""
+    K = kernel(act)
+    dps = check.dps("q_map", dps)
+    qv = _num("q_map", "q", q, dps, lo=0, lo_open=True)
+    sw = _num("q_map", "sigma_w2", sigma_w2, dps, lo=0)
+    sb = _num("q_map", "sigma_b2", sigma_b2, dps, lo=0)
+    return _combine(sw, sb, evaluate(K.V, (Q,), (qv,), K.kinks, dps), dps)
+
+
+def qab_map(act, q1, q2, q12, sigma_w2, sigma_b2, dps=None):
+    """Covariance map q12 -> sigma_w2 C(Q1, Q2, Q12) + sigma_b2."""
+    K = kernel(act)
+    dps = check.dps("qab_map", dps)
+    a = _num("qab_map", "q1", q1, dps, lo=0, lo_open=True)
+    b = _num("qab_map", "q2", q2, dps, lo=0, lo_open=True)
+    c = _num("qab_map", "q12", q12, dps)
+    check.covariance("qab_map", np.asarray(a, float), np.asarray(b, float), np.asarray(c, float))
+    sw = _num("qab_map", "sigma_w2", sigma_w2, dps, lo=0)
+    sb = _num("qab_map", "sigma_b2", sigma_b2, dps, lo=0)
+    return _combine(sw, sb, evaluate(K.C, (Q1, Q2, Q12), (a, b, c), K.kinks, dps), dps)
+
+
+def chi1(act, sigma_w2, sigma_b2, q=None, dps=None):
+    """chi1 = sigma_w2 E[sum_j (d psi/du_j)^2] at q (default: at the variance fixed point q*)."""
+    K = kernel(act)
+    dps = check.dps("chi1", dps)
+    sw = _num("chi1", "sigma_w2", sigma_w2, dps, lo=0)
+    _num("chi1", "sigma_b2", sigma_b2, dps, lo=0)
+    if q is None:
+        from .fixedpoint import q_star
+        q = q_star(act, sigma_w2, sigma_b2, dps=dps)
+    qv = _num("chi1", "q", q, dps, lo=0, lo_open=True)
+    return _combine(sw, 0, evaluate(K.dpsi2, (Q,), (qv,), K.kinks, dps), dps)
+
+
+def chi1_tilde(act, sigma_w2, sigma_b2, q, dps=None):
+    """d q12'/d q12 at c = 1 at the CURRENT q (used where q* does not exist)."""
+    return chi1(act, sigma_w2, sigma_b2, q=q, dps=dps)
+
+
+def q_growth(act, sigma_w2, dps=None):
+    """sigma_w2 V(q)/q: the per-layer growth of q for positively homogeneous psi at sigma_b2 = 0."""
+    K = kernel(act)
+    dps = check.dps("q_growth", dps)
+    sw = _num("q_growth", "sigma_w2", sigma_w2, dps, lo=0)
+    ratio = (K.V / Q).simplify()
+    if ratio.has(Q):
+        raise NotImplementedError(f"q_growth needs a positively homogeneous activation (V(q) proportional to q); "
+                                  f"{K.act.name} has V(q)/q = {ratio}. Use chi1 or q_map instead.")
+    return _combine(sw, 0, evaluate(ratio, (Q,), (1.0,), K.kinks, dps), dps)

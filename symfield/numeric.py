@@ -1,0 +1,116 @@
+"""Numbers from the symbols: evaluate a kernel map in float64 (numpy) or mpmath (dps digits).
+
+Closed forms are evaluated from their SymPy expressions (lambdify). Each unevaluated
+Integral left in an expression is replaced by a call to the error-controlled Gaussian
+quadrature of :mod:`symfield.quadrature`, applied to the integrand registered when the
+integral was built (``gaussian.INTEGRANDS``).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import mpmath
+import numpy as np
+import sympy as sp
+
+from . import gaussian as G
+from .formula import X as x
+
+GUARD_DIGITS = 10
+
+
+def _vectorised(f, modules):
+    fn = sp.lambdify(x, f, modules=modules)
+    if modules == "mpmath":
+        return lambda v: mpmath.mpmathify(fn(v))
+
+    def call(v):
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            out = np.asarray(fn(v), dtype=float)
+        return np.broadcast_to(out, np.shape(v)).copy() if out.shape != np.shape(v) else out
+    return call
+
+
+_NUMPY = [{"Heaviside": lambda a, h=0.5: np.heaviside(a, h)}, "scipy", "numpy"]
+
+
+def _lookup(I):
+    """The registered integrand of an Integral, possibly with q renamed to q1 or q2."""
+    if I in G.INTEGRANDS:
+        return G.INTEGRANDS[I], None
+    free = I.free_symbols
+    if len(free) == 1:
+        (s,) = free
+        J = I.xreplace({s: G.q})
+        if J in G.INTEGRANDS:
+            return G.INTEGRANDS[J], s
+    raise NotImplementedError(f"no numeric rule for the integral {I}")
+
+
+def _integral_impl(entry, kinks, dps):
+    from . import quadrature as Q
+    kind = entry[0]
+    if dps is None:
+        fs = [_vectorised(f, _NUMPY) for f in entry[1:]]
+        if kind == "1":
+            return lambda qv: Q.expect1_vec(fs[0], qv, kinks=kinks)
+        return lambda a, b, c: Q.expect2_vec(fs[0], fs[1], a, b, c, kinks=kinks)
+    fs = [_vectorised(f, "mpmath") for f in entry[1:]]
+    if kind == "1":
+        return lambda qv: Q.expect1(fs[0], qv, kinks=kinks, dps=dps)
+    return lambda a, b, c: Q.expect2(fs[0], fs[1], a, b, c, kinks=kinks, dps=dps)
+
+
+@lru_cache(maxsize=512)
+def evaluator(expr: sp.Expr, args: tuple, kinks: tuple = (), dps: int | None = None):
+    """A callable of ``args`` evaluating ``expr`` (float64 arrays if dps is None, else mpmath)."""
+    impls, repl = {}, {}
+    for i, I in enumerate(sorted(expr.atoms(sp.Integral), key=sp.default_sort_key)):
+        entry, renamed = _lookup(I)
+        name = f"_quad{i}"
+        impls[name] = _integral_impl(entry, kinks, dps)
+        vars_ = (G.q,) if entry[0] == "1" else (G.q1, G.q2, G.q12)
+        if renamed is not None:
+            vars_ = (renamed,)
+        repl[I] = sp.Function(name)(*vars_)
+    body = expr.xreplace(repl)
+    if dps is None:
+        fn = sp.lambdify(args, body, modules=[impls] + _NUMPY)
+
+        def run(*vals):
+            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                out = fn(*vals)
+            return np.broadcast_to(np.asarray(out, dtype=float), np.broadcast(*vals).shape).copy()
+        return run
+    fn = sp.lambdify(args, body, modules=[impls, "mpmath"])
+
+    def run_mp(*vals):
+        with mpmath.workdps(dps + GUARD_DIGITS):
+            out = mpmath.mpmathify(fn(*[mpmath.mpf(v) if not isinstance(v, mpmath.mpf) else v for v in vals]))
+        return +out if not isinstance(out, mpmath.mpc) else out.real
+    return run_mp
+
+
+def evaluate(expr, args, values, kinks=(), dps=None):
+    """Evaluate ``expr`` at ``values`` (broadcast arrays, or mpmath element-wise when dps is set)."""
+    fn = evaluator(sp.sympify(expr), tuple(args), tuple(kinks), dps)
+    if dps is None:
+        return fn(*[np.asarray(v, dtype=float) for v in values])
+    arrays = np.broadcast_arrays(*[np.asarray(v, dtype=object) for v in values])
+    if arrays[0].ndim == 0:
+        with mpmath.workdps(dps + GUARD_DIGITS):
+            return _round(fn(*[_mp(a.item()) for a in arrays]), dps)
+    out = np.empty(arrays[0].shape, dtype=object)
+    with mpmath.workdps(dps + GUARD_DIGITS):
+        for idx in np.ndindex(out.shape):
+            out[idx] = _round(fn(*[_mp(a[idx]) for a in arrays]), dps)
+    return out
+
+
+def _mp(v):
+    return v if isinstance(v, mpmath.mpf) else mpmath.mpmathify(repr(float(v)) if isinstance(v, float) else v)
+
+
+def _round(v, dps):
+    with mpmath.workdps(dps):
+        return +v

@@ -3,4 +3,4 @@ from .activation import Activation, activation, activations
 from .kernel import Kernel, kernel
 
 __version__ = "0.1.0"
-from .maps import C, V, chi1, chi1_tilde, q_growth, q_map, qab_map
+from .maps import C, V, chi1, chi1_tilde, map_value, q_growth, q_map, qab_map

@@ -105,3 +105,21 @@ def q_growth(act, sigma_w2, dps=None):
         raise NotImplementedError(f"q_growth needs a positively homogeneous activation (V(q) proportional to q); "
                                   f"{K.act.name} has V(q)/q = {ratio}. Use chi1 or q_map instead.")
     return _combine(sw, 0, evaluate(ratio, (Q,), (1.0,), K.kinks, dps), dps)
+
+
+def map_value(act, name, *args, dps=None):
+    """Evaluate one kernel map by name ('V', 'C', 'mean', 'dpsi2', 'dC', 'dV') at (q) or (q1, q2, q12)."""
+    from .kernel import MAPS
+    K = kernel(act)
+    if name not in MAPS:
+        raise ValueError(f"The 'name' parameter of map_value must be one of {MAPS}. Got {name!r} instead.")
+    dps = check.dps("map_value", dps)
+    two = name in ("C", "dC")
+    if len(args) != (3 if two else 1):
+        raise TypeError(f"map_value('{name}') takes {'(q1, q2, q12)' if two else '(q)'}; got {len(args)} values.")
+    names = ("q1", "q2", "q12") if two else ("q",)
+    vals = [_num("map_value", n, a, dps, **({} if n == "q12" else {"lo": 0, "lo_open": True}))
+            for n, a in zip(names, args)]
+    if two:
+        check.covariance("map_value", *(np.asarray(v, float) for v in vals))
+    return evaluate(K[name], (Q1, Q2, Q12) if two else (Q,), vals, K.kinks, dps)

@@ -13,6 +13,8 @@ import numpy as np
 
 
 def _fmt(value):
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return repr(value.item())
     if isinstance(value, np.ndarray):
         bad = value.ravel()
         return repr(bad[:5].tolist()) + ("..." if bad.size > 5 else "")

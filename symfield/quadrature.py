@@ -1,0 +1,287 @@
+"""Deterministic, error-controlled quadrature of Gaussian expectations (numpy + mpmath only).
+
+    expect1(f, q, mean=0, kinks=(), dps=None)       = E[f(x)],       x ~ N(mean, q)
+    expect2(f, g, q1, q2, q12, kinks=(), dps=None)  = E[f(u) g(v)],  (u, v) ~ N(0, [[q1, q12], [q12, q2]])
+
+Rule: composite Gauss-Legendre on panels, in standard units z = (x - mean)/s, z in [-L, L].
+Breakpoints: the Gaussian grid z = j*gw; the activation grid x = k*h, |x| <= R = 40, added only
+where it is finer than the Gaussian one (gw*s > h); the kinks; the ends.  expect2 is conditional:
+u ~ N(0, q1) outer; given u, v ~ N(c' u, s_c^2) with c' = q12/q1, s_c^2 = (q1 q2 - q12^2)/q1
+(difference taken exactly, clamped at 0).  The outer grid also gets the breakpoints of
+G(u) = E[g(v) | u]: g's grid (spacing max(h, gw s_c), mapped by u = v/c') when finer than the
+outer Gaussian grid, and around each mapped kink a grid of spacing gw s_c/|c'| (the smoothed
+kink).  q12 = 0: product of two expect1; s_c < 1e-300 (c = +-1): G(u) = g(c' u).
+
+float64 (dps=None): L = 12, gw = 1 (one-sd panels), h = 0.5, 12 Gauss-Legendre nodes per panel,
+no run-time estimate; the inner rules of all outer nodes form one padded array per ~1e6 nodes (one
+call of g each).  Measured in tests/test_quadrature.py (q in [1e-3, 1e3], c in {-1, -0.999999,
+-0.5, 0, 0.3, 0.99, 0.999999, 1}), worst relative errors: 4.4e-15 vs exact 1-D values (x^2, x^4,
+cos, exp; worst: cos at q = 10, value 7e-3), 4.9e-16 vs exact 2-D values (u^2 v^2, cos cos, erf erf,
+relu relu with kink 0, also at c = -0.999999 where it is 1.5e-10 sqrt(q1 q2)), 4.1e-16 for tanh^2,
+sech^4 1-D (vs mpmath.quad), 6.5e-16 for tanh 2-D (vs a trapezoidal oracle).
+expect2(tanh, tanh, 1e3, 1e3, 500) takes ~0.2 s (5e6 nodes).
+
+mpmath (dps=N, under workdps(N + 10)): L = sqrt(2 (N+6) ln 10) + 1, gw = h = p, n = 3*2^(d-1) nodes
+(mpmath's GaussLegendre degree d); d, p such that tanh (poles at +-i pi/2) would get N + 4 digits
+with p <= 4 (N=15: d=4, p=3.0; N=30: d=5, p=3.5; N=50: d=5, p=1.9).  Error control: the same
+panels at degrees d-2, d-1, d; estimate 10^max(D1^2/D2, 2 D1) (D1, D2: log10 of the scaled
+differences of the last value to the others, as in mpmath.quad); accepted if <= 10^-N S with
+S = max(|value|, min(1, E|integrand|)) (relative; absolute near 0); else p is halved (twice at
+most), then ArithmeticError.  tanh 2-D at q = 1: ~0.7 s (N=15), ~3 s (N=30); q = 1e3: ~40 s (N=15).
+"""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from functools import lru_cache
+
+import mpmath
+import numpy as np
+
+__all__ = ["expect1", "expect2", "expect1_vec", "expect2_vec", "expect1_many"]
+
+R = 40.0                 # the activation grid covers [-R, R]
+GUARD = 10               # extra working digits in mp mode
+MAX_REFINE = 2           # panel halvings before ArithmeticError (mp mode)
+F64 = (12.0, 1.0, 0.5)   # float64 (L, gw, h)
+_T, _W = np.polynomial.legendre.leggauss(12)
+_W = _W / math.sqrt(2 * math.pi)
+_CHUNK = 1 << 20         # inner nodes per vectorised pass
+
+
+# ---------------------------------------------------------------- breakpoints (float or mpf)
+def _multiples(H, a, b):
+    """k*H for the integers k with a <= k*H <= b."""
+    return [k * H for k in range(math.ceil(a / H), math.floor(b / H) + 1)] if a <= b else []
+
+
+def _act_points(mean, s, P, kinks):
+    """x-points of a row N(mean, s^2): the kinks and, if finer than the Gaussian grid, the activation grid."""
+    L, gw, h = P[:3]
+    pts = list(kinks)
+    if gw * s > h:
+        pts += _multiples(h, max(mean - L * s, -R), min(mean + L * s, R))
+    return pts
+
+
+def _zbreaks(mean, s, P, pts, tol):
+    """Sorted z-breakpoints on [-L, L]: Gaussian grid, x-points inside, ends (closer than tol merged)."""
+    L, gw = P[0], P[1]
+    J = int(L / gw - 0.5)  # no end panel narrower than gw/2
+    zs = {j * gw for j in range(-J, J + 1)} | {-L, L}
+    zs |= {z for z in ((x - mean) / s for x in pts) if -L < z < L}
+    zs = sorted(zs)
+    out = [zs[0]]
+    for z in zs[1:]:
+        if z - out[-1] > tol:
+            out.append(z)
+    out[-1] = zs[-1]  # the end stays exact
+    return out
+
+
+def _outer_points(s1, cp, sc, P, kinks):
+    """x-points of the outer (u) rule of expect2: f's, plus those of G(u) = E[g(v)|u] mapped by 1/cp."""
+    L, gw, h = P[:3]
+    pts = _act_points(0 * s1, s1, P, kinks)
+    span = gw * abs(cp) * s1          # outer Gaussian spacing in v units
+    H = max(h, gw * sc)
+    if H < span:
+        pts += [w / cp for w in _multiples(H, -min(R + L * sc, span * L / gw), min(R + L * sc, span * L / gw))]
+    for k in kinks:
+        pts.append(k / cp)
+        if sc > 0 and gw * sc < span:
+            pts += [(k + j * gw * sc) / cp for j in range(-int(L / gw), int(L / gw) + 1) if j]
+    return pts
+
+
+def _cond(q1, q2, q12):
+    """(c', s_c) of v | u, with q1 q2 - q12^2 evaluated exactly."""
+    if isinstance(q1, float):
+        sc2 = float((Fraction(q1) * Fraction(q2) - Fraction(q12) ** 2) / Fraction(q1))
+        return q12 / q1, math.sqrt(max(sc2, 0.0))
+    with mpmath.workprec(2 * mpmath.mp.prec + 20):
+        sc2 = (q1 * q2 - q12 * q12) / q1
+    return q12 / q1, (mpmath.sqrt(sc2) if sc2 > 0 else mpmath.mpf(0))
+
+
+# ---------------------------------------------------------------- float64
+def _ev(f, x):
+    """A vectorised f on an array of any shape (passed flat; scalar results broadcast)."""
+    y = np.asarray(f(x.ravel()), dtype=float)
+    return np.broadcast_to(y, (x.size,)).reshape(x.shape) if y.ndim == 0 else y.reshape(x.shape)
+
+
+def _rule_f64(mean, s, pts):
+    z = np.asarray(_zbreaks(mean, s, F64, pts, 1e-12))
+    hw = 0.5 * np.diff(z)[:, None]
+    z = (z[:-1, None] + hw * (1 + _T)).ravel()
+    return z, (hw * _W).ravel() * np.exp(-0.5 * z * z)
+
+
+def _inner_f64(g, mu, sc, kinks):
+    """G_i = E[g(mu_i + sc Z)] for an array of means: padded per-row breakpoints (zero-width panels)."""
+    L, gw, h = F64
+    J = int(L / gw - 0.5)
+    zg = np.concatenate([np.arange(-J, J + 1) * gw, [-L, L]])
+    kk = np.asarray(kinks, dtype=float)
+    K = 0
+    if gw * sc > h:
+        k0 = np.ceil(np.maximum(mu - L * sc, -R) / h)
+        K = int(max(0.0, (np.floor(np.minimum(mu + L * sc, R) / h) - k0).max() + 1))
+    G = np.empty(mu.size)
+    rows = max(1, _CHUNK // ((zg.size + K + kk.size) * _T.size))
+    for i in range(0, mu.size, rows):
+        m = mu[i:i + rows, None]
+        cols = [np.broadcast_to(zg, (m.shape[0], zg.size)), (kk[None, :] - m) / sc]
+        if K:
+            cols.append(((k0[i:i + rows, None] + np.arange(K)) * h - m) / sc)
+        zb = np.sort(np.clip(np.concatenate(cols, axis=1), -L, L), axis=1)
+        hw = 0.5 * np.diff(zb, axis=1)[..., None]
+        z = zb[:, :-1, None] + hw * (1 + _T)
+        G[i:i + rows] = np.einsum("ijk,ijk->i", hw * _W * np.exp(-0.5 * z * z), _ev(g, m[..., None] + sc * z))
+    return G
+
+
+# ---------------------------------------------------------------- mpmath
+@lru_cache(maxsize=64)
+def _gl(d, prec):
+    """(node, weight/sqrt(2 pi)) of mpmath's degree-d Gauss-Legendre rule on [-1, 1]."""
+    with mpmath.workprec(prec):
+        c = 1 / mpmath.sqrt(2 * mpmath.pi)
+        return tuple((t, w * c) for t, w in mpmath.calculus.quadrature.GaussLegendre(mpmath.mp).calc_nodes(d, prec))
+
+
+def _rule_mp(zb, d, scale, cache):
+    """Nodes scale*z and weights of N(0, 1) on the panels zb; panels are memoised in `cache`."""
+    zs, ws = [], []
+    for a, b in zip(zb[:-1], zb[1:]):
+        r = cache.get((a, b))
+        if r is None:
+            hw, mid = (b - a) / 2, (a + b) / 2
+            tw = [(mid + hw * t, w) for t, w in _gl(d, mpmath.mp.prec)]
+            r = [scale * z for z, _ in tw], [hw * w * mpmath.exp(-z * z / 2) for z, w in tw]
+            if len(cache) < 4096:
+                cache[a, b] = r
+        zs += r[0]
+        ws += r[1]
+    return zs, ws
+
+
+def _plan(N):
+    """(L, gw, h, d) for N digits: the largest degree d >= 4 whose tanh-sized panel p is <= 4."""
+    D, L = N + 4, mpmath.sqrt(2 * (N + 6) * mpmath.log(10)) + 1
+
+    def width(d):  # n = 3*2^(d-1) nodes give ~rho^-2n = 10^-D for poles at +-i pi/2
+        rho = mpmath.mpf(10) ** (mpmath.mpf(D) / (3 * 2 ** d))
+        return 2 * mpmath.pi / (rho - 1 / rho)
+    d = 4
+    while width(d + 1) <= 4:
+        d += 1
+    p = min(width(d), mpmath.mpf(4))
+    return (L, p, p, d)
+
+
+def _controlled(level, N, what):
+    """Run level(P, degree, want_abs) -> (value, E|integrand|) at degrees d-2, d-1, d; refine or raise."""
+    P, eps = _plan(N), mpmath.mpf(10) ** -N
+    for _ in range(MAX_REFINE + 1):
+        (v0, A), (v1, _), (v2, _) = (level(P, P[3] - k, k == 2) for k in (2, 1, 0))
+        S = max(abs(v2), min(1, A))
+        e1, e2 = abs(v2 - v1), abs(v2 - v0)
+        est = e1
+        if 0 < e1 < S and 0 < e2 < S:
+            D1, D2 = mpmath.log10(e1 / S), mpmath.log10(e2 / S)
+            est = S * mpmath.mpf(10) ** max(D1 * D1 / D2, 2 * D1, -(N + GUARD))
+        if est <= eps * S:
+            return v2
+        P = (P[0], P[1] / 2, P[2] / 2, P[3])
+    raise ArithmeticError(f"{what}: quadrature error estimate {mpmath.nstr(est, 3)} exceeds the required "
+                          f"{mpmath.nstr(eps * S, 3)} (dps={N}) after {MAX_REFINE} panel halvings")
+
+
+def _e1_mp(f, q, mean, kinks, N):
+    s, mean, tol = mpmath.sqrt(q), mpmath.mpf(mean), mpmath.mpf(10) ** -(N + GUARD)
+
+    def level(P, d, want_abs):
+        zs, ws = _rule_mp(_zbreaks(mean, s, P, _act_points(mean, s, P, kinks), tol), d, s, {})
+        vals = [f(mean + x) for x in zs]
+        return mpmath.fdot(ws, vals), (mpmath.fdot(ws, map(abs, vals)) if want_abs else None)
+    return _controlled(level, N, "expect1")
+
+
+def _e2_mp(f, g, q1, q2, q12, kinks, N):
+    s1, tol = mpmath.sqrt(q1), mpmath.mpf(10) ** -(N + GUARD)
+    cp, sc = _cond(q1, q2, q12)
+
+    def level(P, d, want_abs):
+        us, wo = _rule_mp(_zbreaks(0 * s1, s1, P, _outer_points(s1, cp, sc, P, kinks), tol), d, s1, {})
+        cache = {}  # inner panels shared by the rows (only those cut by kinks/grid points differ)
+        tot, A = [], []
+        for u in us:
+            mu, fu = cp * u, f(u)
+            if sc < 1e-300:
+                G = GA = g(mu)
+            else:
+                xi, wi = _rule_mp(_zbreaks(mu, sc, P, _act_points(mu, sc, P, kinks), tol), d, sc, cache)
+                gv = [g(mu + x) for x in xi]
+                G = mpmath.fdot(wi, gv)
+                GA = mpmath.fdot(wi, map(abs, gv)) if want_abs else 0
+            tot.append(fu * G)
+            A.append(abs(fu * GA))
+        return mpmath.fdot(wo, tot), (mpmath.fdot(wo, A) if want_abs else None)
+    return _controlled(level, N, "expect2")
+
+
+# ---------------------------------------------------------------- public API
+def expect1(f, q, *, mean=0.0, kinks=(), dps=None):
+    """E[f(x)], x ~ N(mean, q), q > 0.  dps=None: python float, f vectorised (float64 array ->
+    array).  dps=N: mpf good to N digits, f maps mpf -> mpf; ArithmeticError if not reached."""
+    if dps is None:
+        q, mean = float(q), float(mean)
+        z, w = _rule_f64(mean, math.sqrt(q), _act_points(mean, math.sqrt(q), F64, [float(k) for k in kinks]))
+        return float(np.sum(w * _ev(f, mean + math.sqrt(q) * z)))
+    with mpmath.workdps(dps + GUARD):
+        return _e1_mp(f, mpmath.mpf(q), mean, [mpmath.mpf(k) for k in kinks], dps)
+
+
+def expect2(f, g, q1, q2, q12, *, kinks=(), dps=None):
+    """E[f(u) g(v)], (u, v) ~ N(0, [[q1, q12], [q12, q2]]), q1, q2 > 0, |q12| <= sqrt(q1 q2)
+    (equality allowed).  `kinks` (argument units) are those of f and g.  Types as in expect1."""
+    if q12 == 0:
+        a, b = expect1(f, q1, kinks=kinks, dps=dps), expect1(g, q2, kinks=kinks, dps=dps)
+        if dps is None:
+            return a * b
+        with mpmath.workdps(dps + GUARD):
+            return a * b
+    if dps is not None:
+        with mpmath.workdps(dps + GUARD):
+            mq = [mpmath.mpf(x) for x in (q1, q2, q12)]
+            return _e2_mp(f, g, *mq, [mpmath.mpf(k) for k in kinks], dps)
+    q1, q2, q12, kinks = float(q1), float(q2), float(q12), [float(k) for k in kinks]
+    s1 = math.sqrt(q1)
+    cp, sc = _cond(q1, q2, q12)
+    z, w = _rule_f64(0.0, s1, _outer_points(s1, cp, sc, F64, kinks))
+    u = s1 * z
+    G = _ev(g, cp * u) if sc < 1e-300 else _inner_f64(g, cp * u, sc, kinks)
+    return float(np.sum(w * _ev(f, u) * G))
+
+
+def _vec(fun, args, dps):
+    b = np.broadcast_arrays(*[np.asarray(a, dtype=float if dps is None else object) for a in args])
+    out = np.empty(b[0].shape, dtype=float if dps is None else object)
+    for idx in np.ndindex(out.shape):
+        out[idx] = fun(*[a[idx] for a in b])
+    return out
+
+
+def expect1_vec(f, q, mean=0.0, kinks=(), dps=None):
+    """expect1 over broadcast arrays q, mean: float64 array (dps=None) or object array of mpf."""
+    return _vec(lambda a, m: expect1(f, a, mean=m, kinks=kinks, dps=dps), (q, mean), dps)
+
+
+def expect2_vec(f, g, q1, q2, q12, kinks=(), dps=None):
+    """expect2 over broadcast arrays q1, q2, q12 (output types as in expect1_vec)."""
+    return _vec(lambda a, b, c: expect2(f, g, a, b, c, kinks=kinks, dps=dps), (q1, q2, q12), dps)
+
+
+expect1_many = expect1_vec

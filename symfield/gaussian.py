@@ -14,7 +14,7 @@ Methods, tried in this order (the name of the one that succeeded is returned):
                E[erf(a u) erf(b v)] = (2/pi) atan2(2 a b q12, sqrt(1 + 2a^2 q1 + 2b^2 q2
                + 4 a^2 b^2 (q1 q2 - q12^2))); E[e^(-a u^2 - b v^2)] = 1/sqrt((1+2a q1)(1+2b q2) - 4ab q12^2).
 ``halfline``   (1-D) f, g piecewise with a kink at 0 and pieces of the x^m e^(alpha x) kind:
-               E[x^m e^(alpha x); x > 0] from the half-line MGF e^(s^2 q/2) (1 + erf(s sqrt(q/2)))/2.
+               E[x^m e^(alpha x); x > 0] from the half-line MGF e^(s^2 q/2) erfc(-s sqrt(q/2))/2.
 ``integrate``  (1-D) sympy.integrate under a time limit, checked numerically afterwards.
 ``integral``   no closed form found: the defining integral is kept (unevaluated sympy Integral
                over standard normal z, z1, z2 with u = sqrt(q1) z1, v = sqrt(q2)(c z1 + sqrt(1-c^2) z2)).
@@ -77,10 +77,13 @@ def integral2(f, g):
 
 
 # ---------------------------------------------------------------- arc-cosine family
+_PIECEWISE_LINEAR = (sp.Max, sp.Min, sp.Abs, sp.Heaviside, sp.sign)
+
 def _homogeneous(f):
     """(n, a, b) with f(x) = b x^n (x > 0), a x^n (x < 0) (sign convention of a*min(x,0)+b*max(x,0)), else None."""
     f = sp.sympify(f)
-    if f.has(sp.DiracDelta):
+    if not all(isinstance(n, _PIECEWISE_LINEAR + (sp.Add, sp.Mul, sp.Symbol, sp.Number, sp.NumberSymbol))
+               or isinstance(n, sp.Pow) and n.exp.is_Integer for n in sp.preorder_traversal(f)):
         return None
     pos, neg = sp.simplify(f.subs(x, _t)), sp.simplify(f.subs(x, -_t))
     for n in (0, 1, 2, 3, 4):
@@ -225,7 +228,12 @@ def _basis_expect(f, g, pair):
 
 
 # ---------------------------------------------------------------- half-line (1-D)
+_HALFLINE_OK = (sp.exp, sp.sin, sp.cos, sp.sinh, sp.cosh, sp.Max, sp.Min, sp.Abs, sp.Heaviside, sp.Piecewise)
+
+
 def _halfline(f, g):
+    if any(not isinstance(a, _HALFLINE_OK) for a in (f * g).atoms(sp.Function)):
+        return None
     fp, fn = f.subs(x, _t), f.subs(x, -_t)
     gp, gn = g.subs(x, _t), g.subs(x, -_t)
     total = sp.Integer(0)
@@ -235,7 +243,7 @@ def _halfline(f, g):
         if d is None or any(b[0] != "pe" for _, b in d):
             return None
         for c, (_, m, alpha) in d:
-            half = sp.exp(_s**2 * q / 2) * (1 + sign * sp.erf(_s * sp.sqrt(q / 2))) / 2
+            half = sp.exp(_s**2 * q / 2) * sp.erfc(-sign * _s * sp.sqrt(q / 2)) / 2  # erfc: no 1 - erf cancellation
             total += c * sp.diff(half, _s, m).subs(_s, alpha)
     return total
 
@@ -286,7 +294,7 @@ def _tidy(expr):
         expr = sp.simplify(sp.expand_complex(expr))
         if expr.has(sp.I):
             return None
-    return sp.simplify(expr) if sp.count_ops(expr) < 200 else expr
+    return sp.simplify(expr) if sp.count_ops(expr) < 60 else sp.expand(expr)
 
 
 # ---------------------------------------------------------------- public

@@ -24,10 +24,16 @@ def _vectorised(f, modules):
     if modules == "mpmath":
         return lambda v: mpmath.mpmathify(fn(v))
 
+    exact = sp.lambdify(x, f, modules="mpmath")
+
     def call(v):
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             out = np.asarray(fn(v), dtype=float)
-        return np.broadcast_to(out, np.shape(v)).copy() if out.shape != np.shape(v) else out
+        out = np.broadcast_to(out, np.shape(v)).copy() if out.shape != np.shape(v) else out
+        bad = ~np.isfinite(out)
+        if bad.any():  # overflow in an intermediate (e.g. exp(-x)/(1+exp(-x))^2 at x = -800): redo in mpmath
+            out[bad] = [float(mpmath.mpmathify(exact(mpmath.mpf(float(t))))) for t in np.asarray(v)[bad]]
+        return out
     return call
 
 
@@ -36,20 +42,26 @@ _NUMPY = [{"Heaviside": lambda a, h=0.5: np.heaviside(a, h)}, "scipy", "numpy"]
 
 def _lookup(I):
     """The registered integrand of an Integral, possibly with q renamed to q1 or q2."""
+    entry, renamed = None, None
     if I in G.INTEGRANDS:
-        return G.INTEGRANDS[I], None
+        entry = G.INTEGRANDS[I]
     free = I.free_symbols
-    if len(free) == 1:
+    if entry is None and len(free) == 1:
         (s,) = free
         J = I.xreplace({s: G.q})
         if J in G.INTEGRANDS:
-            return G.INTEGRANDS[J], s
+            entry, renamed = G.INTEGRANDS[J], s
+    if entry is not None:
+        # 1-D pool kinds (functions of q) travel as ("1", entry) so that the caller passes (q,)
+        return (("1", entry) if entry[0] in ("max1", "full1") else entry), renamed
     raise NotImplementedError(f"no numeric rule for the integral {I}")
 
 
 def _integral_impl(entry, kinks, dps):
     from . import quadrature as Q
     kind = entry[0]
+    if isinstance(entry[1], tuple) or kind in ("max2", "argmax2", "full2"):
+        return Q.pool_impl(entry[1] if kind == "1" else entry, kinks, dps, _vectorised, _NUMPY)
     if dps is None:
         fs = [_vectorised(f, _NUMPY) for f in entry[1:]]
         if kind == "1":
@@ -80,7 +92,15 @@ def evaluator(expr: sp.Expr, args: tuple, kinks: tuple = (), dps: int | None = N
         def run(*vals):
             with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
                 out = fn(*vals)
-            return np.broadcast_to(np.asarray(out, dtype=float), np.broadcast(*vals).shape).copy()
+            out = np.broadcast_to(np.asarray(out, dtype=float), np.broadcast(*vals).shape).copy()
+            bad = ~np.isfinite(out)
+            if bad.any():  # overflow in a float64 intermediate (0*inf, inf/inf): redo those points in mpmath
+                exact = evaluator(expr, args, kinks, 30)
+                full = np.broadcast_arrays(*vals)
+                for idx in np.argwhere(bad):
+                    idx = tuple(idx)
+                    out[idx] = float(exact(*[mpmath.mpf(float(a[idx])) for a in full]))
+            return out
         return run
     fn = sp.lambdify(args, body, modules=[impls, "mpmath"])
 

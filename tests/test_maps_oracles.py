@@ -83,7 +83,8 @@ def test_covariance_map_quadrature_symmetries(name):
         assert abs(sf.C("tanh", qq, qq, -qq) + sf.V("tanh", qq)) <= 1e-12 * sf.V("tanh", qq)
 
 
-@pytest.mark.parametrize("name,point", [("tanh", (1.0, 1.0, 0.5)), ("softplus", (0.7, 1.3, -0.5))])
+@pytest.mark.parametrize("name,point", [("tanh", (1.0, 1.0, 0.5)),
+                                        pytest.param("softplus", (0.7, 1.3, -0.5), marks=pytest.mark.slow)])
 def test_covariance_map_quadrature_vs_mpmath(name, point):
     ent = REGISTRY[name]
     q1, q2, c = point

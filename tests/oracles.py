@@ -96,10 +96,11 @@ REGISTRY = {
 def _points(a, b, kinks, scale):
     """Split points for mpmath.quad in x-units: kinks, and a grid where smooth activations vary."""
     pts = {a, b, *[k for k in kinks if a < k < b]}
-    for k in range(-40, 41, 2):
-        if a < k < b:
-            pts.add(k)
-    step = scale
+    if scale > 2:
+        for k in range(-40, 41, 2):
+            if a < k < b:
+                pts.add(k)
+    step = 2 * scale
     t = a
     while t < b:
         pts.add(t)
@@ -107,14 +108,14 @@ def _points(a, b, kinks, scale):
     return sorted(pts)
 
 
-def mp_expect1(f, q, kinks=(), dps=30):
+def mp_expect1(f, q, kinks=(), dps=30, method="tanh-sinh"):
     """E[f(x)], x ~ N(0, q), by mpmath.quad of the defining integral over split panels."""
     with mp.workdps(dps):
         q = mp.mpf(q)
         s = mp.sqrt(q)
         L = mp.sqrt(2 * (dps + 5) * mp.log(10))
         pts = _points(-L * s, L * s, kinks, s)
-        return mp.quad(lambda x: f(x) * mp.exp(-x * x / (2 * q)), pts) / mp.sqrt(2 * mp.pi * q)
+        return mp.quad(lambda x: f(x) * mp.exp(-x * x / (2 * q)), pts, method=method) / mp.sqrt(2 * mp.pi * q)
 
 
 def mp_expect2(f, g, q1, q2, q12, kinks=(), dps=20):
@@ -127,7 +128,7 @@ def mp_expect2(f, g, q1, q2, q12, kinks=(), dps=20):
 
         def inner(u):
             return mp_expect1_shift(g, q12 / q1 * u, sc2, kinks, dps)
-        return mp_expect1(lambda u: f(u) * inner(u), q1, kinks, dps)
+        return mp_expect1(lambda u: f(u) * inner(u), q1, kinks, dps, method="gauss-legendre")
 
 
 def mp_expect1_shift(g, mean, var, kinks, dps):

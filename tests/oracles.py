@@ -21,7 +21,8 @@ def _acos_relu(a, b):
         return ((a * a + b * b) * (mp.pi - th) + 2 * a * b * th) / (2 * mp.pi)
     return dict(
         phi=lambda x: b * x if x > 0 else a * x, dphi=lambda x: b if x > 0 else a,
-        np_phi=lambda x: np.where(x > 0, b * x, a * x), np_dphi=lambda x: np.where(x > 0, b, a) + 0 * x,
+        np_phi=lambda x: np.where(x > 0, float(b) * x, float(a) * x),
+        np_dphi=lambda x: np.where(x > 0, float(b), float(a)) + 0 * x,
         kinks=(0,), V=lambda q: (a * a + b * b) * q / 2, C=C, dC=dC,
         mean=lambda q: (b - a) * mp.sqrt(q / (2 * mp.pi)), dpsi2=lambda q: (a * a + b * b) / mp.mpf(2))
 
@@ -31,7 +32,8 @@ def _erf(a, b, c):
         return a * a * 2 / mp.pi * mp.asin(2 * b * b * q12 / mp.sqrt((1 + 2 * b * b * q1) * (1 + 2 * b * b * q2))) + c * c
     return dict(
         phi=lambda x: a * mp.erf(b * x) + c, dphi=lambda x: a * b * 2 / mp.sqrt(mp.pi) * mp.exp(-b * b * x * x),
-        np_phi=lambda x: a * sps.erf(b * x) + c, np_dphi=lambda x: a * b * 2 / np.sqrt(np.pi) * np.exp(-b * b * x * x),
+        np_phi=lambda x: float(a) * sps.erf(float(b) * x) + float(c),
+        np_dphi=lambda x: float(a * b) * 2 / np.sqrt(np.pi) * np.exp(-float(b * b) * x * x),
         V=lambda q: C(q, q, q), C=C, mean=lambda q: mp.mpf(c),
         dpsi2=lambda q: a * a * b * b * 4 / mp.pi / mp.sqrt(1 + 4 * b * b * q),
         dC=lambda q1, q2, q12: a * a * b * b * 4 / mp.pi / mp.sqrt((1 + 2 * b * b * q1) * (1 + 2 * b * b * q2) - 4 * b**4 * q12**2))

@@ -17,7 +17,7 @@ import numpy as np
 from . import validate as check
 from .gaussian import q as Q
 from .kernel import kernel
-from .numeric import evaluate
+from .numeric import evaluate, to_mpf
 
 Q_MIN, Q_MAX = 1e-12, 1e12
 
@@ -39,7 +39,7 @@ def _q_star_scalar(K, sw, sb, dps):
         from scipy.optimize import brentq
         return brentq(lambda t: float(g(t)), lo, hi, xtol=1e-300, rtol=8.9e-16, maxiter=500)
     with mpmath.workdps(dps + 10):
-        sw, sb = mpmath.mpf(repr(sw)), mpmath.mpf(repr(sb))  # decimal reading, as numeric.evaluate
+        sw, sb = to_mpf(sw), to_mpf(sb)  # decimal reading, as numeric.evaluate
         lo = mpmath.mpf(Q_MIN)
         if g(lo) <= 0:
             return mpmath.mpf(0) if sb == 0 else mpmath.nan

@@ -15,22 +15,24 @@ import numpy as np
 from . import validate as check
 from .gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
 from .kernel import kernel
-from .numeric import evaluate
+from .numeric import GUARD_DIGITS, evaluate, to_mpf
 
 
 def _num(func, name, value, dps, **rule):
     arr = check.real(func, name, value, **rule)
     if dps is None:
         return arr
-    return value if isinstance(value, mpmath.mpf) or (np.ndim(value) and np.asarray(value).dtype == object) else \
-        (arr.item() if arr.ndim == 0 else arr)
+    # mpmath path: floats are read as the decimals they print as (0.1 -> mpf('0.1')), like numeric.evaluate
+    vals = np.asarray(value, dtype=object) if np.ndim(value) else value
+    with mpmath.workdps(dps + GUARD_DIGITS):
+        return to_mpf(vals) if np.ndim(vals) == 0 else np.frompyfunc(to_mpf, 1, 1)(vals)
 
 
 def _combine(scale, shift, base, dps):
     if dps is None:
         return scale * base + shift
-    with mpmath.workdps(dps):
-        f = np.frompyfunc(lambda a, b, c: +(mpmath.mpf(a) * c + mpmath.mpf(b)), 3, 1)
+    with mpmath.workdps(dps + GUARD_DIGITS):
+        f = np.frompyfunc(lambda a, b, c: +(to_mpf(a) * c + to_mpf(b)), 3, 1)
         out = f(scale, shift, base)
         return out if isinstance(out, np.ndarray) else out
 

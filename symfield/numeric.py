@@ -119,16 +119,21 @@ def evaluate(expr, args, values, kinks=(), dps=None):
     arrays = np.broadcast_arrays(*[np.asarray(v, dtype=object) for v in values])
     if arrays[0].ndim == 0:
         with mpmath.workdps(dps + GUARD_DIGITS):
-            return _round(fn(*[_mp(a.item()) for a in arrays]), dps)
+            return _round(fn(*[to_mpf(a.item()) for a in arrays]), dps)
     out = np.empty(arrays[0].shape, dtype=object)
     with mpmath.workdps(dps + GUARD_DIGITS):
         for idx in np.ndindex(out.shape):
-            out[idx] = _round(fn(*[_mp(a[idx]) for a in arrays]), dps)
+            out[idx] = _round(fn(*[to_mpf(a[idx]) for a in arrays]), dps)
     return out
 
 
-def _mp(v):
-    return v if isinstance(v, mpmath.mpf) else mpmath.mpmathify(repr(float(v)) if isinstance(v, float) else v)
+def to_mpf(v):
+    """mpf of a number; python/numpy floats are read as the decimal they print as (0.1 -> mpf('0.1'))."""
+    if isinstance(v, mpmath.mpf):
+        return v
+    if isinstance(v, (float, np.floating)):
+        return mpmath.mpf(repr(float(v)))
+    return mpmath.mpmathify(v)
 
 
 def _round(v, dps):

@@ -157,7 +157,11 @@ def test_clamped_gram_determinant():
             assert math.isfinite(out) and abs(out - c12 / 2) <= 1e-7 * c12
     assert mod.C(2.0, 2.0, 2.0) == mod.V(2.0)
     src = Path(codegen.write("relu", sf.kernel("relu").V, sf.kernel("relu").C)).read_text()
-    assert "math.sqrt(max(q1*q2 - q12**2, 0.0))" in src
+    assert "_gram_sqrt(q1, q2, q12)" in src and "math.sqrt(max(q1 * q2 - q12 * q12, 0.0))" in src
+    # large q: q1*q2 would overflow float64, the scaled form does not
+    for a in (1e160, 3e200, 1e300):
+        assert mod.V(a) == a / 2 and abs(mod.C(a, a, a) / mod.V(a) - 1) <= 4e-16
+        assert abs(mod.C(a, 2 * a, 0.5 * a) / a - float(sf.C("relu", 1, 2, 0.5, dps=20))) < 1e-14
 
 
 def test_allow_list_names_the_function():
@@ -269,12 +273,16 @@ def test_numpy_path_equals_generated_path():
     sw = np.array([0.5, 2.0, 50.0])
     sb = np.array([0.1, 0.0, 0.2])
     store = np.array([1, 2, 10, 300], dtype=np.int64)
-    for general, qb0, alpha2, residual in [(False, 1.0, 0.0, False), (True, 3.0, 0.0, False), (True, 3.0, 0.25, True)]:
+    # residual alpha^2 = 0.25 at sigma_w2 = 50: q grows 7.25x per layer, ~1e258 at layer 300, no overflow
+    # (needs the scaled Gram determinant: q1*q2 alone would overflow from q ~ 1e154 on)
+    for general, qb0, alpha2, residual, expect in [(False, 1.0, 0.0, False, [0, 0, 1]),
+                                                   (True, 3.0, 0.0, False, [0, 0, 1]),
+                                                   (True, 3.0, 0.25, True, [0, 0, 0])]:
         args = (sw, sb, 1.0, qb0, 0.5, 300, store, alpha2, residual, general)
         a = P._run_numba(codegen.load(K), *args)
         b = P._run_numpy(K, *args)
         np.testing.assert_array_equal(a[3], b[3])
-        assert a[3].tolist() == [0, 0, 1]
+        assert a[3].tolist() == expect
         for x, y in zip(a[:3], b[:3]):
             if x.size:
                 np.testing.assert_allclose(x, y, rtol=1e-13, equal_nan=True)

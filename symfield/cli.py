@@ -11,6 +11,8 @@ EPILOG = """examples:
   symfield kernel "x*erf(x)" --json
   symfield kernel relu --pool max --k 2
   symfield map erf --q 1 --q12 0.5 --sigma-w2 1.5 --sigma-b2 0.1 --dps 30
+  symfield propagate relu --sigma-w2 2.5 --sigma-b2 0.1 --depth 30
+  symfield qstar tanh --sigma-w2 1.76095 --sigma-b2 0.05 --dps 30
 """
 
 
@@ -87,10 +89,53 @@ def build_parser():
     p.add_argument("--sigma-w2", type=float, default=1.0, help="weight variance (default 1)")
     p.add_argument("--sigma-b2", type=float, default=0.0, help="bias variance (default 0)")
     p.add_argument("--dps", type=int, help="decimal digits (mpmath); default float64")
+    p = sub.add_parser("propagate", help="q, qab, c, gamma per layer at one (sigma_w2, sigma_b2), as CSV")
+    _common(p)
+    p.add_argument("--sigma-w2", type=float, required=True)
+    p.add_argument("--sigma-b2", type=float, required=True)
+    p.add_argument("--depth", type=int, default=50)
+    p.add_argument("--q0", type=float, default=1.0, help="input variance (default 1)")
+    p.add_argument("--qab0", type=float, default=0.0, help="input covariance (default 0)")
+    p = sub.add_parser("qstar", help="variance fixed point q* and chi1 there")
+    _common(p)
+    p.add_argument("--sigma-w2", type=float, required=True)
+    p.add_argument("--sigma-b2", type=float, required=True)
+    p.add_argument("--dps", type=int, help="decimal digits (mpmath); default float64")
     return parser
 
 
-COMMANDS = {"kernel": cmd_kernel, "map": cmd_map}
+def cmd_propagate(args):
+    from .propagate import propagate
+    r = propagate(_act(args), args.sigma_w2, args.sigma_b2, args.depth, q0=args.q0, qab0=args.qab0)
+    rows = [(int(l), float(a), float(b), float(c), float(g))
+            for l, a, b, c, g in zip(r.layers, r.q, r.qab, r.c, r.gamma)]
+    if args.json:
+        print(json.dumps({"activation": args.activation, "sigma_w2": args.sigma_w2, "sigma_b2": args.sigma_b2,
+                          "depth": args.depth, "status": int(r.status), "method": r.method,
+                          "layers": [dict(zip(("layer", "q", "qab", "c", "gamma"), row)) for row in rows]}, indent=2))
+        return 0
+    print(f"# {args.activation}: sigma_w2={args.sigma_w2} sigma_b2={args.sigma_b2} ({r.method}); status={int(r.status)}")
+    print("layer,q,qab,c,gamma")
+    for row in rows:
+        print(",".join([str(row[0])] + [repr(v) for v in row[1:]]))
+    return 0
+
+
+def cmd_qstar(args):
+    import mpmath
+
+    from .fixedpoint import q_star
+    from .maps import chi1
+    act = _act(args)
+    qs = q_star(act, args.sigma_w2, args.sigma_b2, dps=args.dps)
+    fmt = (lambda v: mpmath.nstr(v, args.dps)) if args.dps else repr
+    slope = chi1(act, args.sigma_w2, args.sigma_b2, q=qs, dps=args.dps) if 0 < qs < mpmath.inf else None
+    out = {"q_star": fmt(qs), "chi1": None if slope is None else fmt(slope)}
+    print(json.dumps(out, indent=2) if args.json else "\n".join(f"{k:7s} {v}" for k, v in out.items()))
+    return 0
+
+
+COMMANDS = {"kernel": cmd_kernel, "map": cmd_map, "propagate": cmd_propagate, "qstar": cmd_qstar}
 
 
 def main(argv=None):

@@ -13,6 +13,9 @@ Methods, tried in this order (the name of the one that succeeded is returned):
                (alpha, beta) (Isserlis moments when alpha = beta = 0); the arcsin kernel
                E[erf(a u) erf(b v)] = (2/pi) atan2(2 a b q12, sqrt(1 + 2a^2 q1 + 2b^2 q2
                + 4 a^2 b^2 (q1 q2 - q12^2))); E[e^(-a u^2 - b v^2)] = 1/sqrt((1+2a q1)(1+2b q2) - 4ab q12^2).
+``stein``      (1-D) sums of x^m e^(-a x^2) prod_i erf(b_i x) (gelu, x erf(x), erf's dV): Gaussian
+               reweighting E_q[F e^(-a x^2)] = E_q'[F]/sqrt(1+2aq), q' = q/(1+2aq), and Stein's lemma
+               E[x F(x)] = q E[F'(x)], down to Gaussian moments and the arcsin kernel.
 ``halfline``   (1-D) f, g piecewise with a kink at 0 and pieces of the x^m e^(alpha x) kind:
                E[x^m e^(alpha x); x > 0] from the half-line MGF e^(s^2 q/2) erfc(-s sqrt(q/2))/2.
 ``integrate``  (1-D) sympy.integrate under a time limit, checked numerically afterwards.
@@ -227,6 +230,78 @@ def _basis_expect(f, g, pair):
     return total
 
 
+# ---------------------------------------------------------------- Stein reduction (1-D)
+def _stein_terms(expr):
+    """expr = sum coeff * x^m exp(-a x^2) prod_i erf(b_i x)  ->  [(coeff, m, a, (b_i...))], else None."""
+    out = []
+    for term in sp.Add.make_args(sp.expand(expr)):
+        coeff, dep = term.as_independent(x, as_Add=False)
+        m, a, erfs = 0, sp.Integer(0), []
+        for factor in sp.Mul.make_args(sp.powsimp(dep, combine="exp")):
+            base, ex = factor.as_base_exp()
+            if base == x and ex.is_Integer and ex > 0:
+                m += int(ex)
+            elif isinstance(base, sp.erf) and ex.is_Integer and ex > 0:
+                b = sp.simplify(base.args[0] / x)
+                if b.has(x):
+                    return None
+                erfs += [b] * int(ex)
+            elif isinstance(base, sp.exp) or base == sp.E:
+                arg = sp.expand(base.args[0] * ex if isinstance(base, sp.exp) else ex)
+                if not arg.is_polynomial(x) or sp.Poly(arg, x).degree() > 2:
+                    return None
+                c2, c1, c0 = (arg.coeff(x, 2), arg.coeff(x, 1), arg.subs(x, 0))
+                if c1 != 0 or not c2 <= 0:
+                    return None
+                coeff *= sp.exp(c0)
+                a += -c2
+            elif dep != 1:
+                return None
+        if len(erfs) > 2 + m:
+            return None
+        out.append((coeff, m, a, tuple(erfs)))
+    return out
+
+
+def _stein(m, a, erfs, qq):
+    """E[x^m e^(-a x^2) prod erf(b_i x)], x ~ N(0, qq): Gaussian reweighting and Stein's lemma
+    E[x F(x)] = qq E[F'(x)], down to the arcsin kernel and Gaussian moments."""
+    if a != 0:
+        return _stein(m, 0, erfs, qq / (1 + 2 * a * qq)) / sp.sqrt(1 + 2 * a * qq)
+    if (m + len(erfs)) % 2:
+        return sp.Integer(0)  # odd integrand
+    if not erfs:
+        return sp.factorial2(m - 1) * qq ** sp.Rational(m, 2)
+    if m == 0:
+        if len(erfs) != 2:
+            return None
+        b1, b2 = erfs
+        return 2 / sp.pi * sp.asin(2 * b1 * b2 * qq / sp.sqrt((1 + 2 * b1**2 * qq) * (1 + 2 * b2**2 * qq)))
+    total = sp.Integer(0) if m < 2 else _stein(m - 2, 0, erfs, qq)
+    if total is None:
+        return None
+    total *= max(m - 1, 0)
+    for i, b in enumerate(erfs):
+        part = _stein(m - 1, b**2, erfs[:i] + erfs[i + 1:], qq)
+        if part is None or total is None:
+            return None
+        total += 2 * b / sp.sqrt(sp.pi) * part
+    return qq * total
+
+
+def _stein_expect(f, g):
+    terms = _stein_terms(f * g)
+    if terms is None or not any(e for _, _, _, e in terms):
+        return None
+    total = sp.Integer(0)
+    for coeff, m, a, erfs in terms:
+        val = _stein(m, a, erfs, q)
+        if val is None:
+            return None
+        total += coeff * val
+    return total
+
+
 # ---------------------------------------------------------------- half-line (1-D)
 _HALFLINE_OK = (sp.exp, sp.sin, sp.cos, sp.sinh, sp.cosh, sp.Max, sp.Min, sp.Abs, sp.Heaviside, sp.Piecewise)
 
@@ -309,6 +384,9 @@ def expect1(f, g=sp.Integer(1), *, try_integrate=True) -> Expectation:
     val = _basis_expect(f, g, _product_basis)
     if val is not None and (val := _tidy(val)) is not None:
         return Expectation(val, "basis")
+    val = _stein_expect(f, g)
+    if val is not None and (val := _tidy(val)) is not None:
+        return Expectation(val, "stein")
     if not (f * g).has(sp.DiracDelta):
         val = _halfline(f, g)
         if val is not None and (val := _tidy(val)) is not None:

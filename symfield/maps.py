@@ -102,11 +102,12 @@ def q_growth(act, sigma_w2, dps=None):
     K = kernel(act)
     dps = check.dps("q_growth", dps)
     sw = _num("q_growth", "sigma_w2", sigma_w2, dps, lo=0)
-    ratio = (K.V / Q).simplify()
-    if ratio.has(Q):
-        raise NotImplementedError(f"q_growth needs a positively homogeneous activation (V(q) proportional to q); "
-                                  f"{K.act.name} has V(q)/q = {ratio}. Use chi1 or q_map instead.")
-    return _combine(sw, 0, evaluate(ratio, (Q,), (1.0,), K.kinks, dps), dps)
+    from .gaussian import _homogeneous
+    h = _homogeneous(K.act.expr)
+    if h is None or h[0] != 1:
+        raise NotImplementedError(f"q_growth needs a positively homogeneous activation (psi(t u) = t psi(u), t > 0, "
+                                  f"so that V(q) = V(1) q); {K.act.name} is not. Use chi1 or q_map instead.")
+    return _combine(sw, 0, evaluate(K.V, (Q,), (1.0,), K.kinks, dps), dps)
 
 
 def map_value(act, name, *args, dps=None):

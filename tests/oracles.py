@@ -149,3 +149,5 @@ def monte_carlo(f, g, q1, q2, q12, n=400_000, seed=0):
     v = np.sqrt(q2) * (c * z1 + np.sqrt(max(1 - c * c, 0.0)) * z2)
     w = f(u) * g(v)
     return w.mean(), w.std() / np.sqrt(n)
+
+REGISTRY["swish"] = REGISTRY["silu"]

@@ -97,14 +97,25 @@ def test_no_closed_form_is_declared():
         assert not K.closed_form and K.methods["C"] == "integral" and K.C.has(sp.Integral)
 
 
-def test_gelu_and_xerf_means_found_by_integration():
-    assert sf.kernel("gelu").methods["mean"] == "integrate"
+def test_gelu_and_xerf_one_dimensional_maps_by_stein_reduction():
+    """E[gelu] = q/sqrt(2 pi (1+q)) and E[x erf x] = 2q/sqrt(pi (1+2q)), derived, not integrated."""
     for name in ("gelu", "x*erf(x)"):
         K = sf.kernel(name)
+        assert {K.methods[m] for m in ("V", "mean", "dpsi2")} == {"stein"} and not K.closed_form
         for qq in ("0.01", "1", "100"):
             with mp.workdps(30):
                 ref = REGISTRY[name]["mean"](mp.mpf(qq))
                 assert abs(mp.mpf(str(sp.N(K.mean.subs(q, sp.Rational(qq)), 35))) - ref) < 1e-25
+
+
+def test_sympy_integrate_step(monkeypatch):
+    """An integrand outside the tables (relu times a Gaussian bump) goes to sympy.integrate."""
+    monkeypatch.setattr(G, "INTEGRATE_SECONDS", 60)
+    e = G.expect1(sp.Max(x, 0) * sp.exp(-x**2))
+    assert e.method == "integrate"
+    ref = q / (sp.sqrt(2 * sp.pi * q) * (2 * q + 1))     # E[x e^(-x^2); x > 0], x ~ N(0, q)
+    for qq in (sp.Rational(1, 10), 3):
+        assert abs(sp.N((e.value - ref).subs(q, qq), 30)) < 1e-25
 
 
 def test_kernel_is_cached():

@@ -245,11 +245,25 @@ def test_speed_against_numpy_loop():
     sw = np.linspace(0.5, 4.0, 256)[:, None]
     sb = np.linspace(0.0, 1.0, 256)[None, :]
     sf.propagate("relu", 1.0, 0.0, 3)  # load / compile outside the timing
-    t = time.perf_counter()
-    r = sf.propagate("relu", sw, sb, 100)
-    t_sf = time.perf_counter() - t
+    t_sf = math.inf
+    for _ in range(3):  # best of 3: the machine may be shared
+        t = time.perf_counter()
+        r = sf.propagate("relu", sw, sb, 100)
+        t_sf = min(t_sf, time.perf_counter() - t)
+    out_q, out_qab, t_np = *_numpy_relu_loop(sw, sb), math.inf
+    for _ in range(3):
+        t = time.perf_counter()
+        _numpy_relu_loop(sw, sb)
+        t_np = min(t_np, time.perf_counter() - t)
+    np.testing.assert_allclose(r.q, out_q, rtol=1e-13)
+    np.testing.assert_allclose(r.qab, out_qab, rtol=1e-12)
+    print(f"\nrelu 256x256 depth 100 (best of 3): propagate {t_sf:.3f} s, numpy loop {t_np:.3f} s, "
+          f"numpy/propagate {t_np / t_sf:.2f}x")
+    assert t_sf < 30
 
-    t = time.perf_counter()
+
+def _numpy_relu_loop(sw, sb):
+    """The ReLU recursion (MATH.md section 3) by hand as a vectorised NumPy loop: the baseline."""
     s2, b2 = np.broadcast_arrays(sw, sb)
     q, qab = s2 + b2, b2.copy()
     out_q, out_qab = np.empty((100,) + q.shape), np.empty((100,) + q.shape)
@@ -259,11 +273,7 @@ def test_speed_against_numpy_loop():
         qab = s2 * (root + qab * (np.pi - np.arctan2(root, qab))) / (2 * np.pi) + b2
         q = s2 * q / 2 + b2
         out_q[layer], out_qab[layer] = q, qab
-    t_np = time.perf_counter() - t
-    np.testing.assert_allclose(r.q, out_q, rtol=1e-13)
-    np.testing.assert_allclose(r.qab, out_qab, rtol=1e-12)
-    print(f"\nrelu 256x256 depth 100: propagate {t_sf:.3f} s, numpy loop {t_np:.3f} s, ratio {t_np / t_sf:.1f}x")
-    assert t_sf < 30
+    return out_q, out_qab
 
 
 def test_numpy_path_equals_generated_path():

@@ -1,0 +1,166 @@
+"""Max-pool kernels: psi(u) = max_j phi(u_j) over k i.i.d. nodes (MATH.md section 4).
+
+Monotone non-decreasing phi: psi = phi(max_j u_j) (order-statistic reduction).  M_k = max of k
+i.i.d. N(0, 1), density k n(m) N(m)^(k-1):
+
+    V = E phi(sqrt(q) M_k)^2,  mean = E phi(sqrt(q) M_k),  dpsi2 = E phi'(sqrt(q) M_k)^2
+    (the gradient flows through the argmax only),  dV = dV/dq = E[(x phi phi')(sqrt(q) M_k)]/q.
+    C  = E[phi(sqrt(q1) S) phi(sqrt(q2) T)], (S, T) with CDF F(s, t; c)^k, density
+         h_k = k F^(k-1) rho_c + k(k-1) F^(k-2) F_s F_t;
+    dC = k E[phi'(u_1) phi'(v_1) F(s_1, t_1)^(k-1)]   (node 1 the argmax of u and of v; = dC/dq12).
+
+Closed forms (method names say which):
+  ``even identity``  k = 2, f even: E f(M_2) = E f(z) (max(z1, z2) and min have the same |.|).
+  ``M_k moments``    f = b x^n (x > 0), a x^n (x < 0): q^(n/2) (b A+_n + a A-_n) with the
+                     half-line moments A+-_n = int m^n k n N^(k-1) over m >< 0; n = 0 any k
+                     (A+_0 = 1 - 2^-k), n = 1, 2 for k = 2 (sympy, exact): A+_1 = (1 + sqrt 2)/(2 sqrt pi),
+                     A-_1 = (1 - sqrt 2)/(2 sqrt pi), A+_2 = 3/4 + 1/(2 pi), A-_2 = 1/4 - 1/(2 pi).
+  ``k=2 split``      k = 2: E f(M_2) = E f_even(z) + E[f_odd(sqrt(q) z) erf(z/sqrt 2)] when both close.
+  ``mean + |diff|``  phi = b x, k = 2: max = (u1 + u2)/2 + |u1 - u2|/2, the halves are independent
+                     with covariance Sigma/2, so C = b^2 (q12/2 + E[|u||v|]/2) (abs arc-cosine kernel).
+Otherwise the defining integral is kept as an unevaluated Integral of kind ("max1", k, f),
+("max2", k, f, g) or ("argmax2", k, f, g), evaluated by quadrature.max_expect1 / max_expect2.
+
+Non-monotone phi: no reduction; the 2k-dimensional definition is kept (kinds ("full1", k, Psi)
+and ("full2", k, Psi, Psi) over y1..yk); numerics exist for k = 2 only (quadrature.full_expect*).
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+from . import gaussian as G
+from .activation import is_monotone
+from .formula import X as x
+from .kernel import MAPS, Kernel
+
+q, q1, q2, q12 = G.q, G.q1, G.q2, G.q12
+_m, _s, _t = sp.symbols("m s t", real=True)
+
+
+def _ncdf(w):
+    return (1 + sp.erf(w / sp.sqrt(2))) / 2
+
+
+def max_integral1(f, k):
+    """E[f(sqrt(q) M_k)] as an unevaluated integral against the density of M_k."""
+    f = sp.sympify(f)
+    I = sp.Integral(f.subs(x, sp.sqrt(q) * _m) * k * G.normal_pdf(_m) * _ncdf(_m) ** (k - 1), (_m, -sp.oo, sp.oo))
+    G.INTEGRANDS[I] = ("max1", k, f)
+    return I
+
+
+def max_integral2(f, g, k, argmax_only=False):
+    """E[f(sqrt(q1) S) g(sqrt(q2) T)] against h_k (argmax_only: against k F^(k-1) rho_c)."""
+    c = q12 / sp.sqrt(q1 * q2)
+    dens = sp.Function(f"a_{k}" if argmax_only else f"h_{k}")(_s, _t, c)
+    I = sp.Integral(f.subs(x, sp.sqrt(q1) * _s) * g.subs(x, sp.sqrt(q2) * _t) * dens,
+                    (_s, -sp.oo, sp.oo), (_t, -sp.oo, sp.oo))
+    G.INTEGRANDS[I] = ("argmax2" if argmax_only else "max2", k, sp.sympify(f), sp.sympify(g))
+    return I
+
+
+def _halfmoments(n, k):
+    """(A+_n, A-_n) or None when no exact value is tabled."""
+    if n == 0:
+        return 1 - sp.Rational(1, 2**k), sp.Rational(1, 2**k)
+    if k == 2 and n == 1:
+        return (1 + sp.sqrt(2)) / (2 * sp.sqrt(sp.pi)), (1 - sp.sqrt(2)) / (2 * sp.sqrt(sp.pi))
+    if k == 2 and n == 2:
+        return sp.Rational(3, 4) + 1 / (2 * sp.pi), sp.Rational(1, 4) - 1 / (2 * sp.pi)
+    return None
+
+
+def max_expect1(f, k, g=sp.Integer(1)):
+    """(E[(f g)(sqrt(q) M_k)], method): closed form where one of the rules applies, else the integral."""
+    f, g = sp.sympify(f), sp.sympify(g)
+    if k == 2 and sp.simplify(f * g - (f * g).subs(x, -x)) == 0:
+        e = G.expect1(f, g)
+        return e.value, f"even identity E f(M_2) = E f(z) ({e.method})"
+    f = f * g
+    h = G._homogeneous(f)
+    if h is not None and (A := _halfmoments(h[0], k)) is not None:
+        n, a, b = h
+        return sp.simplify(q ** sp.Rational(n, 2) * (b * A[0] + a * A[1])), "M_k moments"
+    if k == 2:
+        fe, fo = (f + f.subs(x, -x)) / 2, (f - f.subs(x, -x)) / 2
+        e = G.expect1(sp.simplify(fe))
+        o = G.expect2(sp.simplify(fo), sp.erf(x / sp.sqrt(2)))
+        if e.closed and o.closed:
+            val = e.value + o.value.subs({q1: q, q2: 1, q12: sp.sqrt(q)})
+            return sp.simplify(val), "k=2 split"
+    return max_integral1(f, k), "integral (order statistic)"
+
+
+def _linear_coeff(phi):
+    b = sp.simplify(phi / x)
+    return b if not b.has(x) else None
+
+
+def max_kernel(single: Kernel, act) -> Kernel:
+    """Kernel of max_j phi(u_j), k = act.k >= 2 (called by kernel._kernel)."""
+    phi, k = single.act.expr, act.k
+    if not is_monotone(phi):
+        return _full_kernel(single, act)
+    d1 = sp.diff(phi, x)
+    res = {}
+    res["V"] = max_expect1(phi, k, phi)
+    res["mean"] = max_expect1(phi, k)
+    res["dpsi2"] = max_expect1(d1, k, d1)
+    V = res["V"][0]
+    if not V.has(sp.Integral):
+        res["dV"] = sp.simplify(sp.diff(V, q)), f"d/dq of V ({res['V'][1]})"
+    else:
+        val, how = max_expect1(sp.expand(x * phi * d1), k)
+        res["dV"] = val / q, f"E[x phi phi'(sqrt(q) M_k)]/q ({how})"
+    b = _linear_coeff(phi)
+    if b is not None and k == 2:
+        C = b**2 * (q12 / 2 + G.expect2(sp.Abs(x), sp.Abs(x)).value / 2)
+        res["C"] = C, "mean + |diff| (abs arc-cosine kernel)"
+    else:
+        res["C"] = max_integral2(phi, phi, k), "integral (order statistic h_k)"
+    if not res["C"][0].has(sp.Integral):
+        res["dC"] = sp.simplify(sp.diff(res["C"][0], q12)), f"d/dq12 of C ({res['C'][1]})"
+    else:
+        res["dC"] = max_integral2(d1, d1, k, argmax_only=True), "integral (argmax term k F^(k-1) rho_c)"
+    return Kernel(act, *(res[n][0] for n in MAPS), methods={n: res[n][1] for n in MAPS},
+                  kinks=single.kinks, base=single)
+
+
+# ---------------------------------------------------------------- non-monotone: 2k-dimensional
+def full_integral1(Psi, k):
+    """E[Psi(sqrt(q) z_1, ..., sqrt(q) z_k)], z i.i.d. N(0, 1), Psi in the symbols y1..yk."""
+    ys, zs = _ys(k), sp.symbols(f"z1:{k + 1}", real=True)
+    body = Psi.subs({y: sp.sqrt(q) * zz for y, zz in zip(ys, zs)}) * sp.Mul(*[G.normal_pdf(zz) for zz in zs])
+    I = sp.Integral(body, *[(zz, -sp.oo, sp.oo) for zz in zs])
+    G.INTEGRANDS[I] = ("full1", k, Psi)
+    return I
+
+
+def full_integral2(Psi, Phi, k):
+    """E[Psi(u) Phi(v)] over the k i.i.d. pairs (u_j, v_j) (2k-dimensional)."""
+    ys, us, vs = _ys(k), sp.symbols(f"u1:{k + 1}", real=True), sp.symbols(f"v1:{k + 1}", real=True)
+    dens = sp.Function("rho_pairs")(*us, *vs, q1, q2, q12)
+    body = Psi.subs(dict(zip(ys, us))) * Phi.subs(dict(zip(ys, vs))) * dens
+    I = sp.Integral(body, *[(w, -sp.oo, sp.oo) for w in us + vs])
+    G.INTEGRANDS[I] = ("full2", k, Psi, Phi)
+    return I
+
+
+def _ys(k):
+    return sp.symbols(f"y1:{k + 1}", real=True)
+
+
+def _full_kernel(single: Kernel, act) -> Kernel:
+    """Non-monotone phi: every map as its 2k-dimensional defining integral (declared as such).
+    d psi/d y_j = phi'(y_j) [j is the argmax], so sum_j d_j psi(u) d_j psi(v) = k-fold symmetric."""
+    phi, k = single.act.expr, act.k
+    ys = _ys(k)
+    vals = [phi.subs(x, y) for y in ys]
+    psi = sp.Max(*vals)
+    arg1 = sp.diff(phi, x).subs(x, ys[0]) * sp.Mul(*[sp.Heaviside(vals[0] - v, sp.Rational(1, 2)) for v in vals[1:]])
+    dV = sum(y * sp.diff(psi**2, y) for y in ys) / (2 * q)
+    res = dict(V=full_integral1(psi**2, k), mean=full_integral1(psi, k), dpsi2=k * full_integral1(arg1**2, k),
+               C=full_integral2(psi, psi, k), dC=k * full_integral2(arg1, arg1, k),
+               dV=full_integral1(dV * 2 * q, k) / (2 * q))
+    how = f"{2 * k}-dimensional integral (phi not monotone: no order-statistic reduction)"
+    return Kernel(act, *(res[n] for n in MAPS), methods={n: how for n in MAPS}, kinks=single.kinks, base=single)

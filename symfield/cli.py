@@ -13,6 +13,7 @@ EPILOG = """examples:
   symfield map erf --q 1 --q12 0.5 --sigma-w2 1.5 --sigma-b2 0.1 --dps 30
   symfield propagate relu --sigma-w2 2.5 --sigma-b2 0.1 --depth 30
   symfield qstar tanh --sigma-w2 1.76095 --sigma-b2 0.05 --dps 30
+  symfield eoc tanh --sigma-b2 0.05 --dps 50
 """
 
 
@@ -96,6 +97,10 @@ def build_parser():
     p.add_argument("--depth", type=int, default=50)
     p.add_argument("--q0", type=float, default=1.0, help="input variance (default 1)")
     p.add_argument("--qab0", type=float, default=0.0, help="input covariance (default 0)")
+    p = sub.add_parser("eoc", help="edge of chaos sigma_w2 (and q*) at one sigma_b2")
+    _common(p)
+    p.add_argument("--sigma-b2", type=float, required=True)
+    p.add_argument("--dps", type=int, help="decimal digits (mpmath); default float64")
     p = sub.add_parser("qstar", help="variance fixed point q* and chi1 there")
     _common(p)
     p.add_argument("--sigma-w2", type=float, required=True)
@@ -135,7 +140,18 @@ def cmd_qstar(args):
     return 0
 
 
-COMMANDS = {"kernel": cmd_kernel, "map": cmd_map, "propagate": cmd_propagate, "qstar": cmd_qstar}
+def cmd_eoc(args):
+    import mpmath
+
+    from .fixedpoint import eoc
+    e = eoc(_act(args), args.sigma_b2, dps=args.dps)
+    fmt = (lambda v: mpmath.nstr(v, args.dps)) if args.dps else repr
+    out = {"sigma_b2": fmt(e.sigma_b2), "sigma_w2": fmt(e.sigma_w2), "q_star": fmt(e.q_star)}
+    print(json.dumps(out, indent=2) if args.json else "\n".join(f"{k:9s} {v}" for k, v in out.items()))
+    return 0
+
+
+COMMANDS = {"kernel": cmd_kernel, "map": cmd_map, "propagate": cmd_propagate, "qstar": cmd_qstar, "eoc": cmd_eoc}
 
 
 def main(argv=None):

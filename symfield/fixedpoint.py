@@ -10,6 +10,7 @@ e.g. ReLU with sigma_w2 > 2).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import mpmath
 import numpy as np
@@ -68,3 +69,85 @@ def q_star(act, sigma_w2, sigma_b2, dps=None):
     for idx in np.ndindex(sw.shape):
         out[idx] = _q_star_scalar(K, float(sw[idx]), float(sb[idx]), dps)
     return out if out.ndim else out.item()
+
+
+@dataclass(frozen=True)
+class EOC:
+    """A point of the edge-of-chaos curve: chi1(q*) = 1 with q* = sigma_w2 V(q*) + sigma_b2."""
+    sigma_b2: float
+    sigma_w2: float
+    q_star: float
+
+
+def _eoc_scalar(K, sb, dps):
+    """Eliminate sigma_w2 (MATH.md section 2): solve h(q) = V(q)/dpsi2(q) + sigma_b2 - q = 0,
+    then sigma_w2 = 1/dpsi2(q*). sigma_b2 = 0: q* = 0 and sigma_w2 = 1/dpsi2(0+) exactly."""
+    import sympy as sp
+    if sb == 0:
+        d0 = sp.limit(K.dpsi2, Q, 0, "+") if not K.dpsi2.has(sp.Integral) else \
+            sp.diff(K.act.expr, sp.Symbol("x", real=True)).subs(sp.Symbol("x", real=True), 0) ** 2
+        if not d0.is_positive:
+            raise ValueError(f"{K.act.name} has phi'(0) = 0: no edge of chaos at sigma_b2 = 0.")
+        if dps is None:
+            return float(1 / d0), 0.0
+        with mpmath.workdps(dps):
+            return mpmath.mpf(str(sp.N(1 / d0, dps + 5))), mpmath.mpf(0)
+
+    def h(qv):
+        V = evaluate(K.V, (Q,), (qv,), K.kinks, dps)
+        d = evaluate(K.dpsi2, (Q,), (qv,), K.kinks, dps)
+        return V / d + sb - qv
+
+    if not K.V.has(sp.Integral) and sp.simplify(K.V / K.dpsi2 - Q) == 0:
+        raise ValueError(f"{K.act.name} is positively homogeneous: chi1 = sigma_w2 dpsi2 does not depend on q, "
+                         f"so the EOC is the single point sigma_b2 = 0, sigma_w2 = 1/dpsi2; for sigma_b2 > 0 q* "
+                         f"diverges exactly where chi1 = 1 and there is no EOC curve.")
+    if dps is None:
+        lo, hi = Q_MIN, 1.0
+        if h(lo) <= 0:
+            raise ArithmeticError(f"eoc: h(q) <= 0 at q = {lo:g}; no bracket for the edge of chaos of {K.act.name}.")
+        while h(hi) > 0:
+            hi *= 4
+            if hi > Q_MAX:
+                raise ValueError(f"{K.act.name} has no edge of chaos at sigma_b2 = {sb:g} (q* beyond {Q_MAX:g}).")
+        from scipy.optimize import brentq
+        qs = brentq(lambda t: float(h(t)), lo, hi, xtol=1e-300, rtol=8.9e-16, maxiter=500)
+        return 1.0 / float(evaluate(K.dpsi2, (Q,), (qs,), K.kinks)), qs
+    with mpmath.workdps(dps + 10):
+        sb = to_mpf(sb)
+        lo, hi = mpmath.mpf(Q_MIN), mpmath.mpf(1)
+        while h(hi) > 0:
+            hi *= 4
+            if hi > Q_MAX:
+                raise ValueError(f"{K.act.name} has no edge of chaos at sigma_b2 = {sb} (q* beyond {Q_MAX:g}).")
+        qs = mpmath.findroot(h, (lo, hi), solver="anderson", tol=mpmath.mpf(10) ** (-2 * dps))
+        resid = abs(h(qs))
+        if resid > mpmath.mpf(10) ** (-dps) * max(1, abs(qs)):
+            raise ArithmeticError(f"eoc: residual {mpmath.nstr(resid, 3)} exceeds the required "
+                                  f"{mpmath.nstr(mpmath.mpf(10) ** -dps, 3)} (dps={dps})")
+        sw = 1 / evaluate(K.dpsi2, (Q,), (qs,), K.kinks, dps)
+    with mpmath.workdps(dps):
+        return +sw, +qs
+
+
+def eoc(act, sigma_b2, dps=None) -> EOC:
+    """Edge of chaos at ``sigma_b2``: result with .sigma_w2 and .q_star (bracketing root finder)."""
+    K = kernel(act)
+    dps = check.dps("eoc", dps)
+    sb = float(check.real("eoc", "sigma_b2", sigma_b2, lo=0))
+    sw, qs = _eoc_scalar(K, sb, dps)
+    if dps is not None:
+        with mpmath.workdps(dps):
+            sb = to_mpf(sb)
+    return EOC(sigma_b2=sb, sigma_w2=sw, q_star=qs)
+
+
+def eoc_curve(act, sigma_b2, dps=None):
+    """sigma_w2 on the edge of chaos for each sigma_b2 (array in, array out)."""
+    K = kernel(act)
+    dps = check.dps("eoc_curve", dps)
+    sb = check.real("eoc_curve", "sigma_b2", sigma_b2, lo=0)
+    out = np.empty(sb.shape, dtype=float if dps is None else object)
+    for idx in np.ndindex(sb.shape):
+        out[idx] = _eoc_scalar(K, float(sb[idx]), dps)[0]
+    return out

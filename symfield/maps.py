@@ -45,15 +45,20 @@ def V(act, q, dps=None):
     return evaluate(K.V, (Q,), (qv,), K.kinks, dps)
 
 
+def _pair(func, q1, q2, q12, dps):
+    """Validated (q1, q2, q12) with |q12| <= sqrt(q1 q2)."""
+    a = _num(func, "q1", q1, dps, lo=0, lo_open=True)
+    b = _num(func, "q2", q2, dps, lo=0, lo_open=True)
+    c = _num(func, "q12", q12, dps)
+    check.covariance(func, *(np.asarray(v, float) for v in (a, b, c)))
+    return a, b, c
+
+
 def C(act, q1, q2, q12, dps=None):
     """E[psi(u) psi(v)] for the two-input covariance [[q1, q12], [q12, q2]]."""
     K = kernel(act)
     dps = check.dps("C", dps)
-    a = _num("C", "q1", q1, dps, lo=0, lo_open=True)
-    b = _num("C", "q2", q2, dps, lo=0, lo_open=True)
-    c = _num("C", "q12", q12, dps)
-    check.covariance("C", np.asarray(a, float), np.asarray(b, float), np.asarray(c, float))
-    return evaluate(K.C, (Q1, Q2, Q12), (a, b, c), K.kinks, dps)
+    return evaluate(K.C, (Q1, Q2, Q12), _pair("C", q1, q2, q12, dps), K.kinks, dps)
 
 
 def q_map(act, q, sigma_w2, sigma_b2, dps=None):
@@ -70,13 +75,10 @@ def qab_map(act, q1, q2, q12, sigma_w2, sigma_b2, dps=None):
     """Covariance map q12 -> sigma_w2 C(Q1, Q2, Q12) + sigma_b2."""
     K = kernel(act)
     dps = check.dps("qab_map", dps)
-    a = _num("qab_map", "q1", q1, dps, lo=0, lo_open=True)
-    b = _num("qab_map", "q2", q2, dps, lo=0, lo_open=True)
-    c = _num("qab_map", "q12", q12, dps)
-    check.covariance("qab_map", np.asarray(a, float), np.asarray(b, float), np.asarray(c, float))
+    pair = _pair("qab_map", q1, q2, q12, dps)
     sw = _num("qab_map", "sigma_w2", sigma_w2, dps, lo=0)
     sb = _num("qab_map", "sigma_b2", sigma_b2, dps, lo=0)
-    return _combine(sw, sb, evaluate(K.C, (Q1, Q2, Q12), (a, b, c), K.kinks, dps), dps)
+    return _combine(sw, sb, evaluate(K.C, (Q1, Q2, Q12), pair, K.kinks, dps), dps)
 
 
 def chi1(act, sigma_w2, sigma_b2, q=None, dps=None):
@@ -120,9 +122,5 @@ def map_value(act, name, *args, dps=None):
     two = name in ("C", "dC")
     if len(args) != (3 if two else 1):
         raise TypeError(f"map_value('{name}') takes {'(q1, q2, q12)' if two else '(q)'}; got {len(args)} values.")
-    names = ("q1", "q2", "q12") if two else ("q",)
-    vals = [_num("map_value", n, a, dps, **({} if n == "q12" else {"lo": 0, "lo_open": True}))
-            for n, a in zip(names, args)]
-    if two:
-        check.covariance("map_value", *(np.asarray(v, float) for v in vals))
+    vals = _pair("map_value", *args, dps) if two else (_num("map_value", "q", args[0], dps, lo=0, lo_open=True),)
     return evaluate(K[name], (Q1, Q2, Q12) if two else (Q,), vals, K.kinks, dps)

@@ -38,3 +38,47 @@ def test_q_star_dps_solves_the_defining_equation():
 def test_q_star_broadcasts():
     out = sf.q_star("erf", np.array([[0.5], [1.5]]), np.array([0.0, 0.1]))
     assert out.shape == (2, 2) and out[0, 0] == 0.0 and out[1, 1] > 0
+
+
+def test_eoc_public_reference_values():
+    # MATH.md section 9
+    e = sf.eoc("tanh", 0.05)
+    assert e.sigma_w2 == pytest.approx(1.76095, abs=5e-6) and e.q_star == pytest.approx(0.57005, abs=5e-6)
+    assert sf.eoc("tanh", 0.1).sigma_w2 == pytest.approx(1.98607, abs=5e-6)
+    assert sf.eoc("tanh", 0.0).sigma_w2 == 1.0                     # exactly 1/phi'(0)^2
+    assert sf.eoc("erf", 0.0).sigma_w2 == pytest.approx(math.pi / 4, rel=1e-15)
+    assert sf.eoc("relu", 0.0).sigma_w2 == 2.0
+
+
+def test_eoc_erf_closed_form_relation():
+    for sb in (0.01, 0.1, 1.0):
+        e = sf.eoc("erf", sb)
+        assert e.sigma_w2 == pytest.approx(math.pi / 4 * math.sqrt(1 + 4 * e.q_star), rel=1e-13)
+
+
+def test_eoc_relu_has_no_curve_for_positive_bias():
+    with pytest.raises(ValueError, match="positively homogeneous.*no EOC curve"):
+        sf.eoc("relu", 0.1)
+
+
+def test_eoc_dps30_solves_both_equations_independently():
+    e = sf.eoc("tanh", 0.05, dps=30)
+    with mp.workdps(30):
+        qs, sw = e.q_star, e.sigma_w2
+        V = mp_expect1(lambda t: mp.tanh(t) ** 2, qs, dps=30)
+        d = mp_expect1(lambda t: 1 / mp.cosh(t) ** 4, qs, dps=30)
+        assert abs(sw * V + mp.mpf("0.05") - qs) < mp.mpf(10) ** -27
+        assert abs(sw * d - 1) < mp.mpf(10) ** -27
+
+
+@pytest.mark.slow
+def test_eoc_dps50_digits_agree_with_dps70():
+    a, b = sf.eoc("tanh", 0.05, dps=50), sf.eoc("tanh", 0.05, dps=70)
+    with mp.workdps(70):
+        assert abs(a.sigma_w2 - b.sigma_w2) < mp.mpf(10) ** -49
+
+
+def test_eoc_curve_vectorised():
+    sb = np.array([0.0, 0.05, 0.1])
+    out = sf.eoc_curve("tanh", sb)
+    assert out[0] == 1.0 and out[1] == pytest.approx(1.76095, abs=5e-6) and out[2] == pytest.approx(1.98607, abs=5e-6)

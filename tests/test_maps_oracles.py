@@ -83,22 +83,13 @@ def test_covariance_map_quadrature_symmetries(name):
         assert abs(sf.C("tanh", qq, qq, -qq) + sf.V("tanh", qq)) <= 1e-12 * sf.V("tanh", qq)
 
 
-@pytest.mark.parametrize("name,point", [("tanh", (1.0, 1.0, 0.5)),
-                                        pytest.param("softplus", (0.7, 1.3, -0.5), marks=pytest.mark.slow)])
+SLOW_POINTS = [(1e-3, 1.0, 0.3), (2.0, 0.5, -0.999999), (4.0, 4.0, 0.999999), (0.7, 1.3, -0.5)]
+
+
+@pytest.mark.parametrize("name,point", [("tanh", (1.0, 1.0, 0.5))] + [
+    pytest.param(n, p, marks=pytest.mark.slow) for n in QUAD_NAMES for p in SLOW_POINTS])
 def test_covariance_map_quadrature_vs_mpmath(name, point):
-    ent = REGISTRY[name]
-    q1, q2, c = point
-    q12 = _q12(q1, q2, c)
-    ref = mp_expect2(ent["phi"], ent["phi"], q1, q2, q12, ent.get("kinks", ()), dps=20)
-    got = sf.C(name, q1, q2, q12)
-    scale = math.sqrt(sf.V(name, q1) * sf.V(name, q2))
-    assert abs(got - ref) <= TOL["quad_float64"] * scale, (got, ref)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", QUAD_NAMES)
-@pytest.mark.parametrize("point", [(1e-3, 1.0, 0.3), (2.0, 0.5, -0.999999), (4.0, 4.0, 0.999999), (0.7, 1.3, -0.5)])
-def test_covariance_map_quadrature_vs_mpmath_slow(name, point):
+    """Oracle (b) in 2-D: nested mpmath quadrature (slow: one point by default, the rest with -m slow)."""
     ent = REGISTRY[name]
     q1, q2, c = point
     q12 = _q12(q1, q2, c)

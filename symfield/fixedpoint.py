@@ -151,3 +151,86 @@ def eoc_curve(act, sigma_b2, dps=None):
     for idx in np.ndindex(sb.shape):
         out[idx] = _eoc_scalar(K, float(sb[idx]), dps)[0]
     return out
+
+
+G_TOL = 1e-13  # |f(c) - c| below this counts as a fixed point (the maps' float64 accuracy)
+SCAN = 64  # grid points scanned for the first sign change of the c-map on the way from c^(1)
+
+
+def _c_star_scalar(K, sw, sb):
+    """Stable fixed point of f(c) = (sigma_w2 C(q*, q*, c q*) + sigma_b2)/q* reached from
+    c1 = sigma_b2/(sigma_w2 + sigma_b2): the first root of f(c) - c in the direction f moves c1.
+    q* = 0 or inf: the normalised map c' = C(q, q, c q)/V(q) in that limit (see below)."""
+    from scipy.optimize import brentq
+
+    from .gaussian import q1 as Q1, q2 as Q2, q12 as Q12
+    from .gaussian import _homogeneous
+    qs = _q_star_scalar(K, sw, sb, None)
+    c1 = sb / (sw + sb) if sw + sb > 0 else 0.0
+    if 0 < qs < math.inf:
+        def g(c):
+            return float((sw * evaluate(K.C, (Q1, Q2, Q12), (qs, qs, c * qs), K.kinks) + sb) / qs - c)
+    else:
+        # q -> 0 or inf: sigma_b2 is negligible against q and the correlation follows the
+        # normalised map c' = C(q, q, c q)/V(q), exact for homogeneous psi (take q = 1), else at
+        # q = 1e-8 (q* = 0) or q = 1e8 (q* = inf)
+        h = _homogeneous(K.act.expr)
+        qe = 1.0 if h and h[0] == 1 else (1e-8 if qs == 0 else 1e8)
+        vq = float(evaluate(K.V, (Q,), (qe,), K.kinks))
+
+        def g(c):
+            return float(evaluate(K.C, (Q1, Q2, Q12), (qe, qe, c * qe), K.kinks)) / vq - c
+
+    g1 = g(c1)
+    if abs(g1) <= G_TOL or sw == 0:  # c1 is a fixed point to the accuracy of the maps
+        return c1, qs
+    end = 1.0 if g1 > 0 else -1.0
+    prev_c, prev_g = c1, g1
+    for i in range(1, SCAN):
+        c = c1 + (end - c1) * i / SCAN
+        gc = g(c)
+        if abs(gc) <= G_TOL:
+            return c, qs
+        if (gc > 0) != (prev_g > 0):
+            return brentq(g, prev_c, c, xtol=1e-15, rtol=8.9e-16, maxiter=200), qs
+        prev_c, prev_g = c, gc
+    return end, qs  # no crossing before c = +-1: the recursion runs to the boundary (c* = 1 or -1)
+
+
+def c_star(act, sigma_w2, sigma_b2, dps=None):
+    """Stable correlation fixed point c* reached from c^(1) (float64; vectorised by a loop)."""
+    K = kernel(act)
+    if dps is not None:
+        raise NotImplementedError("c_star(dps=...) needs the mpmath covariance map at every step; "
+                                  "only float64 is supported so far.")
+    sw = check.real("c_star", "sigma_w2", sigma_w2, lo=0)
+    sb = check.real("c_star", "sigma_b2", sigma_b2, lo=0)
+    sw, sb = np.broadcast_arrays(sw, sb)
+    out = np.empty(sw.shape)
+    for idx in np.ndindex(sw.shape):
+        out[idx] = _c_star_scalar(K, float(sw[idx]), float(sb[idx]))[0]
+    return out if out.ndim else float(out)
+
+
+def neutrality(act, sigma_b2, sigma_w2_max=50.0):
+    """sigma_w2 where c* = 1/2 (gamma* = 1), by bracketing root finding on c*(sigma_w2) - 1/2.
+
+    The bracket starts at the edge of chaos (c* = 1 below it) and grows geometrically up to
+    ``sigma_w2_max``; if c* never drops below 1/2 there, no neutrality line exists in the range."""
+    from scipy.optimize import brentq
+    K = kernel(act)
+    sb = float(check.real("neutrality", "sigma_b2", sigma_b2, lo=0, lo_open=True))
+    try:
+        lo = _eoc_scalar(K, sb, None)[0]
+    except ValueError:
+        lo = 1e-3
+    h = lambda w: _c_star_scalar(K, w, sb)[0] - 0.5  # noqa: E731
+    if h(lo) <= 0:
+        raise ValueError(f"neutrality: c* <= 1/2 already at sigma_w2 = {lo:g} for {K.act.name} at sigma_b2 = {sb:g}.")
+    hi = lo * 1.5
+    while h(hi) > 0:
+        lo, hi = hi, hi * 1.5
+        if hi > sigma_w2_max:
+            raise ValueError(f"{K.act.name} has no neutrality line at sigma_b2 = {sb:g} for sigma_w2 <= "
+                             f"{sigma_w2_max:g}: c* stays above 1/2 (prejudiced) there.")
+    return brentq(h, lo, hi, xtol=1e-13, rtol=8.9e-16, maxiter=200)

@@ -82,3 +82,58 @@ def test_eoc_curve_vectorised():
     sb = np.array([0.0, 0.05, 0.1])
     out = sf.eoc_curve("tanh", sb)
     assert out[0] == 1.0 and out[1] == pytest.approx(1.76095, abs=5e-6) and out[2] == pytest.approx(1.98607, abs=5e-6)
+
+
+def _erf_cmap(sw, sb, qs, c):
+    from oracles import REGISTRY
+    C = REGISTRY["erf"]["C"]
+    return (sw * C(qs, qs, c * qs) + sb) / qs
+
+
+def test_relu_c_star_is_one_everywhere():
+    for sw, sb in [(0.5, 0.1), (1.5, 0.1), (2.5, 0.1), (1.0, 0.0), (3.0, 0.0)]:
+        assert sf.c_star("relu", sw, sb) == 1.0
+
+
+@pytest.mark.parametrize("sw,sb", [(3.0, 0.1), (5.0, 0.1), (2.0, 0.05)])
+def test_erf_c_star_is_a_stable_fixed_point_of_the_literature_map(sw, sb):
+    cs = sf.c_star("erf", sw, sb)
+    qs = sf.q_star("erf", sw, sb)
+    with mp.workdps(30):
+        swm, sbm = mp.mpf(repr(sw)), mp.mpf(repr(sb))
+        from oracles import REGISTRY
+        assert abs(swm * REGISTRY["erf"]["V"](mp.mpf(qs)) + sbm - qs) < 1e-13
+        assert abs(_erf_cmap(swm, sbm, mp.mpf(qs), mp.mpf(cs)) - cs) < 1e-12
+        slope = mp.diff(lambda c: _erf_cmap(swm, sbm, mp.mpf(qs), c), mp.mpf(cs))
+        assert 0 <= slope < 1
+    assert cs < 1
+
+
+def test_erf_ordered_phase_has_c_star_one():
+    assert sf.c_star("erf", 1.2, 0.1) == 1.0
+
+
+def test_tanh_without_bias_keeps_inputs_uncorrelated():
+    assert sf.c_star("tanh", 0.5, 0.0) == 0.0 and sf.c_star("tanh", 2.0, 0.0) == 0.0
+
+
+def test_neutrality_erf_root_is_c_star_one_half():
+    sw = sf.neutrality("erf", 0.1)
+    qs = sf.q_star("erf", sw, 0.1)
+    with mp.workdps(30):
+        assert abs(_erf_cmap(mp.mpf(sw), mp.mpf("0.1"), mp.mpf(qs), mp.mpf("0.5")) - mp.mpf("0.5")) < 1e-11
+    assert sf.c_star("erf", sw * 0.99, 0.1) > 0.5 > sf.c_star("erf", sw * 1.01, 0.1)
+
+
+def test_neutrality_errors():
+    with pytest.raises(ValueError, match="'sigma_b2' parameter of neutrality"):
+        sf.neutrality("erf", -0.1)
+    with pytest.raises(ValueError, match="no neutrality line"):
+        sf.neutrality("relu", 0.1)
+
+
+@pytest.mark.slow
+def test_neutrality_tanh_avg2_is_twice_tanh():
+    a = sf.neutrality("tanh", 0.1)
+    b = sf.neutrality(sf.activation("tanh", pool="avg", k=2), 0.1)
+    assert b == pytest.approx(2 * a, rel=1e-9)

@@ -234,3 +234,38 @@ def neutrality(act, sigma_b2, sigma_w2_max=50.0):
             raise ValueError(f"{K.act.name} has no neutrality line at sigma_b2 = {sb:g} for sigma_w2 <= "
                              f"{sigma_w2_max:g}: c* stays above 1/2 (prejudiced) there.")
     return brentq(h, lo, hi, xtol=1e-13, rtol=8.9e-16, maxiter=200)
+
+
+PHASES = ("ordered-deep-prejudice", "edge-of-chaos", "chaotic-deep-prejudice", "prejudice", "neutrality")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """The phase of one initialisation (Table 1 of Bassi et al.) and the fields that decided it."""
+    label: str
+    q_star: float
+    c_star: float
+    gamma_star: float
+    slope: float
+
+
+def phase(act, sigma_w2, sigma_b2, eoc_tol=1e-6, full=False):
+    """One of PHASES. c* = 1 (gamma* = inf): ordered / edge-of-chaos / chaotic by the slope
+    chi1 (< 1, |chi1 - 1| <= eoc_tol, > 1); c* in (1/2, 1): prejudice; c* <= 1/2: neutrality.
+    chi1 is taken at q* (at q = 1 for positively homogeneous psi when q* is 0 or inf, where it
+    does not depend on q). ``full=True`` returns a :class:`Phase` with q*, c*, gamma*, slope."""
+    from .gaussian import _homogeneous
+    K = kernel(act)
+    sw = float(check.real("phase", "sigma_w2", sigma_w2, lo=0))
+    sb = float(check.real("phase", "sigma_b2", sigma_b2, lo=0))
+    tol = float(check.real("phase", "eoc_tol", eoc_tol, lo=0))
+    cs, qs = _c_star_scalar(K, sw, sb)
+    h = _homogeneous(K.act.expr)
+    qe = qs if 0 < qs < math.inf else (1.0 if h and h[0] == 1 else (1e-8 if qs == 0 else 1e8))
+    slope = sw * float(evaluate(K.dpsi2, (Q,), (qe,), K.kinks))
+    gamma = math.inf if cs >= 1 else cs / (1 - cs)
+    if cs >= 1:
+        label = PHASES[1] if abs(slope - 1) <= tol else (PHASES[0] if slope < 1 else PHASES[2])
+    else:
+        label = PHASES[3] if cs > 0.5 else PHASES[4]
+    return Phase(label, qs, cs, gamma, slope) if full else label

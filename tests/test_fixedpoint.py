@@ -137,3 +137,23 @@ def test_neutrality_tanh_avg2_is_twice_tanh():
     a = sf.neutrality("tanh", 0.1)
     b = sf.neutrality(sf.activation("tanh", pool="avg", k=2), 0.1)
     assert b == pytest.approx(2 * a, rel=1e-9)
+
+
+@pytest.mark.parametrize("act,sw,sb,label", [
+    ("relu", 1.5, 0.1, "ordered-deep-prejudice"), ("relu", 2.5, 0.1, "chaotic-deep-prejudice"),
+    ("relu", 2.0, 0.0, "edge-of-chaos"), ("erf", 1.2, 0.1, "ordered-deep-prejudice"),
+    ("erf", 2.0, 0.1, "prejudice"), ("erf", 3.0, 0.1, "neutrality")])
+def test_phase_labels(act, sw, sb, label):
+    assert sf.phase(act, sw, sb) == label
+
+
+def test_phase_fields_and_eoc_tolerance():
+    e = sf.eoc("tanh", 0.05)
+    p = sf.phase("tanh", e.sigma_w2, 0.05, full=True)
+    assert p.label == "edge-of-chaos" and p.c_star == 1.0 and p.gamma_star == math.inf
+    assert abs(p.slope - 1) < 1e-9
+    assert sf.phase("tanh", e.sigma_w2 * (1 - 1e-3), 0.05) == "ordered-deep-prejudice"
+    p = sf.phase("erf", 2.0, 0.1, full=True)
+    assert p.gamma_star == pytest.approx(p.c_star / (1 - p.c_star)) and 1 < p.gamma_star < math.inf
+    with pytest.raises(ValueError, match="'eoc_tol' parameter of phase"):
+        sf.phase("erf", 2.0, 0.1, eoc_tol=-1)

@@ -7,3 +7,4 @@ from .maps import C, V, chi1, chi1_tilde, map_value, q_growth, q_map, qab_map
 from .fixedpoint import c_star, eoc, eoc_curve, neutrality, phase, q_star
 from .propagate import propagate
 from .divergence import divergence
+from . import igb

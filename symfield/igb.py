@@ -11,8 +11,6 @@ from scipy import special
 
 from . import validate
 
-_GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(64)     # weight exp(-x^2/2)
-_GH_W = _GH_W / np.sqrt(2 * np.pi)                          # -> E over N(0,1)
 
 
 def _gamma(func, gamma, *, allow_inf=False, positive=False):
@@ -122,29 +120,45 @@ def g0_var(gamma):
 
 
 def g0_moment(n, gamma, order=200):
-    """E[G0^n] = E[Phi(sqrt(gamma) Z)^n] by Gauss-Hermite quadrature (default order 200)."""
+    """E[G0^n] = E[Phi(a Z)^n], a = sqrt(gamma), by quadrature of the given order (>= 100).
+
+    a <= 1: Gauss-Hermite in Z. a > 1 (integrand steps at scale 1/a): x = a Z and symmetry give
+    E = 1/2 + int_0^inf [Phi(-x)^n - (1 - Phi(x)^n)] phi(x/a)/a dx, smooth and Gaussian-decaying,
+    by Gauss-Legendre on [0, 40]."""
     n = validate.integer("g0_moment", "n", n, lo=0)
     gamma = _gamma("g0_moment", gamma)
-    order = validate.integer("g0_moment", "order", order, lo=100)
+    order = validate.integer("g0_moment", "order", order, lo=100, hi=300)
+    if n == 0:
+        return _out(np.ones_like(gamma))
+    a = np.sqrt(gamma)[..., None]
     x, w = np.polynomial.hermite_e.hermegauss(order)
-    f = special.ndtr(np.sqrt(gamma)[..., None] * x) ** n
-    return _out(f @ w / np.sqrt(2 * np.pi))
+    small = special.ndtr(a * x) ** n @ w / np.sqrt(2 * np.pi)
+    u, v = np.polynomial.legendre.leggauss(order)
+    x, w = 20 * (u + 1), 20 * v
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dens = np.exp(-0.5 * (x / np.maximum(a, 1)) ** 2) / (np.sqrt(2 * np.pi) * np.maximum(a, 1))
+        f = (np.exp(n * special.log_ndtr(-x)) + np.expm1(n * special.log_ndtr(x))) * dens
+    return _out(np.where(a[..., 0] <= 1, small, 0.5 + f @ w))
 
 
-def gc_sample(gamma, n_classes, size, seed=None):
+def gc_sample(gamma, n_classes, size, seed=None, order=64):
     """size draws of the C class fractions (shape (size, C)), Z_1..Z_C ~ N(0,1) per draw:
     G_c = E_eps prod_{c' != c} Phi(eps + sqrt(gamma)(Z_c - Z_c')), eps ~ N(0,1),
-    by 64-point Gauss-Hermite quadrature over eps. sum_c G_c = 1."""
+    by Gauss-Hermite quadrature over eps (order 64: sum_c G_c = 1 to ~1e-10 for C <= 10; raise
+    the order for many classes, e.g. C = 100 needs ~200)."""
     gamma = float(_gamma("gc_sample", gamma))
     C = validate.integer("gc_sample", "n_classes", n_classes, lo=2)
     size = validate.integer("gc_sample", "size", size, lo=1)
+    order = validate.integer("gc_sample", "order", order, lo=8, hi=300)
+    x, w = np.polynomial.hermite_e.hermegauss(order)
+    w = w / np.sqrt(2 * np.pi)                                     # E over eps ~ N(0,1)
     z = np.sqrt(gamma) * _rng("gc_sample", seed).standard_normal((size, C))
     out = np.empty((size, C))
     off = ~np.eye(C, dtype=bool)
-    step = max(1, 2_000_000 // (len(_GH_X) * C * C))
+    step = max(1, 4_000_000 // (order * C * C))
     for i in range(0, size, step):
         zz = z[i:i + step]
         d = zz[:, :, None] - zz[:, None, :]                       # (s, c, c')
-        lp = special.log_ndtr(_GH_X[:, None, None, None] + d)      # (q, s, c, c')
-        out[i:i + step] = np.tensordot(_GH_W, np.exp(np.sum(lp, axis=-1, where=off)), axes=1)
+        lp = special.log_ndtr(x[:, None, None, None] + d)      # (q, s, c, c')
+        out[i:i + step] = np.tensordot(w, np.exp(np.sum(lp, axis=-1, where=off)), axes=1)
     return out

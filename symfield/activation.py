@@ -83,7 +83,9 @@ class Activation:
     @property
     def single(self) -> "Activation":
         """The single-node activation phi underlying a pool."""
-        return Activation(self.name.split("+")[0], self.expr)
+        if self.pool is None:
+            return self
+        return Activation(self.name[: -len(f"+{self.pool}{self.k}")], self.expr)
 
     def __str__(self):
         return self.name

@@ -120,3 +120,9 @@ def test_sympy_integrate_step(monkeypatch):
 
 def test_kernel_is_cached():
     assert sf.kernel("tanh") is sf.kernel("tanh")
+
+
+def test_kernel_keeps_the_activation_name():
+    assert sf.kernel("log(1+exp(x))").act.name == "log(1+exp(x))"
+    assert sf.activation("x+1", pool="avg", k=2).single.name == "x+1"
+    assert sf.kernel(sf.activation("tanh", pool="max", k=2)).act.name == "tanh+max2"

@@ -84,14 +84,20 @@ def _eoc_scalar(K, sb, dps):
     then sigma_w2 = 1/dpsi2(q*). sigma_b2 = 0: q* = 0 and sigma_w2 = 1/dpsi2(0+) exactly."""
     import sympy as sp
     if sb == 0:
-        d0 = sp.limit(K.dpsi2, Q, 0, "+") if not K.dpsi2.has(sp.Integral) else \
-            sp.diff(K.act.expr, sp.Symbol("x", real=True)).subs(sp.Symbol("x", real=True), 0) ** 2
-        if not d0.is_positive:
-            raise ValueError(f"{K.act.name} has phi'(0) = 0: no edge of chaos at sigma_b2 = 0.")
-        if dps is None:
-            return float(1 / d0), 0.0
-        with mpmath.workdps(dps):
-            return mpmath.mpf(str(sp.N(1 / d0, dps + 5))), mpmath.mpf(0)
+        if not K.dpsi2.has(sp.Integral):   # exact limit of the closed form
+            d0 = sp.limit(K.dpsi2, Q, 0, "+")
+            if not d0.is_positive:
+                raise ValueError(f"{K.act.name} has E[psi'^2] -> 0 as q -> 0: no edge of chaos at sigma_b2 = 0.")
+            if dps is None:
+                return float(1 / d0), 0.0
+            with mpmath.workdps(dps):
+                return mpmath.mpf(str(sp.N(1 / d0, dps + 5))), mpmath.mpf(0)
+        # integral form: E[psi'^2](q) = E[psi'^2](0+) + O(q); q far below the working precision
+        tiny = 1e-40 if dps is None else mpmath.mpf(10) ** (-2 * dps - 10)
+        d0 = evaluate(K.dpsi2, (Q,), (tiny,), K.kinks, dps)
+        if not d0 > 0:
+            raise ValueError(f"{K.act.name} has E[psi'^2] -> 0 as q -> 0: no edge of chaos at sigma_b2 = 0.")
+        return (1 / float(d0), 0.0) if dps is None else (1 / d0, mpmath.mpf(0))
 
     def h(qv):
         V = evaluate(K.V, (Q,), (qv,), K.kinks, dps)

@@ -157,3 +157,16 @@ def test_phase_fields_and_eoc_tolerance():
     assert p.gamma_star == pytest.approx(p.c_star / (1 - p.c_star)) and 1 < p.gamma_star < math.inf
     with pytest.raises(ValueError, match="'eoc_tol' parameter of phase"):
         sf.phase("erf", 2.0, 0.1, eoc_tol=-1)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_tanh_avg_pool_eoc_is_k_times_tanh(k):
+    act = sf.activation("tanh", pool="avg", k=k)
+    for sb in (0.0, 0.05):
+        assert sf.eoc(act, sb).sigma_w2 == pytest.approx(k * sf.eoc("tanh", sb).sigma_w2, rel=1e-13)
+
+
+def test_tanh_max2_eoc_equals_tanh():
+    act = sf.activation("tanh", pool="max", k=2)
+    for sb in (0.0, 0.1):
+        assert sf.eoc(act, sb).sigma_w2 == pytest.approx(sf.eoc("tanh", sb).sigma_w2, rel=1e-13)

@@ -275,3 +275,33 @@ def phase(act, sigma_w2, sigma_b2, eoc_tol=1e-6, full=False):
     else:
         label = PHASES[3] if cs > 0.5 else PHASES[4]
     return Phase(label, qs, cs, gamma, slope) if full else label
+
+
+def _depth_scale(func, act, sigma_w2, sigma_b2, slope_of):
+    K = kernel(act)
+    sw = check.real(func, "sigma_w2", sigma_w2, lo=0, lo_open=True)
+    sb = check.real(func, "sigma_b2", sigma_b2, lo=0)
+    sw, sb = np.broadcast_arrays(sw, sb)
+    out = np.empty(sw.shape)
+    for idx in np.ndindex(sw.shape):
+        cs, qs = _c_star_scalar(K, float(sw[idx]), float(sb[idx]))
+        if not 0 < qs < math.inf:
+            out[idx] = math.nan  # no finite variance fixed point: the depth scale is not defined
+            continue
+        chi = float(sw[idx]) * slope_of(K, qs, cs)
+        out[idx] = math.inf if chi >= 1 else -1 / math.log(chi)
+    return out if out.ndim else float(out)
+
+
+def xi_q(act, sigma_w2, sigma_b2):
+    """Depth scale of q: 1/xi_q = -ln[sigma_w2 E(phi'^2 + phi phi'')(q*)] = -ln[sigma_w2 V'(q*)]
+    (Schoenholz et al. 2017); inf where the slope reaches 1, NaN where q* is 0 or inf."""
+    return _depth_scale("xi_q", act, sigma_w2, sigma_b2,
+                        lambda K, qs, cs: float(evaluate(K.dV, (Q,), (qs,), K.kinks)))
+
+
+def xi_c(act, sigma_w2, sigma_b2):
+    """Depth scale of c: 1/xi_c = -ln[sigma_w2 E phi'(u) phi'(v)] at (q*, c*); diverges at the EOC."""
+    from .gaussian import q1 as Q1, q2 as Q2, q12 as Q12
+    return _depth_scale("xi_c", act, sigma_w2, sigma_b2,
+                        lambda K, qs, cs: float(evaluate(K.dC, (Q1, Q2, Q12), (qs, qs, cs * qs), K.kinks)))

@@ -170,3 +170,26 @@ def test_tanh_max2_eoc_equals_tanh():
     act = sf.activation("tanh", pool="max", k=2)
     for sb in (0.0, 0.1):
         assert sf.eoc(act, sb).sigma_w2 == pytest.approx(sf.eoc("tanh", sb).sigma_w2, rel=1e-13)
+
+
+def test_depth_scales_relu_ordered():
+    # q* = sigma_b2/(1 - sigma_w2/2); V' = 1/2 and E[step(u) step(v)] at c* = 1 is 1/2
+    assert sf.xi_q("relu", 1.5, 0.1) == pytest.approx(-1 / math.log(0.75), rel=1e-14)
+    assert sf.xi_c("relu", 1.5, 0.1) == pytest.approx(-1 / math.log(0.75), rel=1e-14)
+
+
+def test_depth_scales_erf_against_literature_derivatives():
+    from oracles import REGISTRY
+    sw, sb = 3.0, 0.1
+    qs, cs = sf.q_star("erf", sw, sb), sf.c_star("erf", sw, sb)
+    with mp.workdps(30):
+        dV = mp.diff(REGISTRY["erf"]["V"], mp.mpf(qs))
+        dC = REGISTRY["erf"]["dC"](mp.mpf(qs), mp.mpf(qs), mp.mpf(cs) * qs)
+    assert sf.xi_q("erf", sw, sb) == pytest.approx(float(-1 / mp.log(sw * dV)), rel=1e-10)
+    assert sf.xi_c("erf", sw, sb) == pytest.approx(float(-1 / mp.log(sw * dC)), rel=1e-10)
+
+
+def test_xi_c_diverges_at_the_edge_of_chaos():
+    e = sf.eoc("erf", 0.1)
+    far, near = sf.xi_c("erf", e.sigma_w2 * 0.99, 0.1), sf.xi_c("erf", e.sigma_w2 * 0.999, 0.1)
+    assert near > 9 * far > 0

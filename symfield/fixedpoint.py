@@ -23,37 +23,55 @@ from .numeric import evaluate, to_mpf
 Q_MIN, Q_MAX = 1e-12, 1e12
 
 
+def _grow(f, hi):
+    """Multiply hi by 4 until f(hi) <= 0; None once hi passes Q_MAX (no sign change)."""
+    while f(hi) > 0:
+        hi *= 4
+        if hi > Q_MAX:
+            return None
+    return hi
+
+
+def _root(f, lo, hi, dps, what):
+    """Bracketed root of f on [lo, hi]: brentq in float64; mpmath (anderson) with dps, verified by
+    its residual (ArithmeticError with achieved vs required error)."""
+    if dps is None:
+        from scipy.optimize import brentq
+        return brentq(lambda t: float(f(t)), lo, hi, xtol=1e-300, rtol=8.9e-16, maxiter=500)
+    root = mpmath.findroot(f, (lo, hi), solver="anderson", tol=mpmath.mpf(10) ** (-2 * dps))
+    resid = abs(f(root))
+    if resid > mpmath.mpf(10) ** (-dps) * max(1, abs(root)):
+        raise ArithmeticError(f"{what}: residual {mpmath.nstr(resid, 3)} exceeds the required "
+                              f"{mpmath.nstr(mpmath.mpf(10) ** -dps, 3)} (dps={dps})")
+    return root
+
+
+def _limit_q(K, qs):
+    """Where to evaluate q-dependent quantities when q* is 0 or inf: q = 1 for positively
+    homogeneous psi (they do not depend on q), else q = 1e-8 (q* = 0) or 1e8 (q* = inf)."""
+    from .gaussian import _homogeneous
+    h = _homogeneous(K.act.expr)
+    return 1.0 if h and h[0] == 1 else (1e-8 if qs == 0 else 1e8)
+
+
 def _q_star_scalar(K, sw, sb, dps):
     def g(qv):
         return sw * evaluate(K.V, (Q,), (qv,), K.kinks, dps) + sb - qv
 
     if dps is None:
-        lo = Q_MIN
-        glo = float(g(lo))
-        if glo <= 0:
+        if float(g(Q_MIN)) <= 0:
             return 0.0 if sb == 0 else math.nan
-        hi = max(2 * (sb + sw), 1.0)
-        while float(g(hi)) > 0:
-            hi *= 4
-            if hi > Q_MAX:
-                return math.inf
-        from scipy.optimize import brentq
-        return brentq(lambda t: float(g(t)), lo, hi, xtol=1e-300, rtol=8.9e-16, maxiter=500)
+        hi = _grow(lambda t: float(g(t)), max(2 * (sb + sw), 1.0))
+        return math.inf if hi is None else _root(g, Q_MIN, hi, None, "q_star")
     with mpmath.workdps(dps + 10):
         sw, sb = to_mpf(sw), to_mpf(sb)  # decimal reading, as numeric.evaluate
         lo = mpmath.mpf(Q_MIN)
         if g(lo) <= 0:
             return mpmath.mpf(0) if sb == 0 else mpmath.nan
-        hi = max(2 * (sb + sw), mpmath.mpf(1))
-        while g(hi) > 0:
-            hi *= 4
-            if hi > Q_MAX:
-                return mpmath.inf
-        root = mpmath.findroot(g, (lo, hi), solver="anderson", tol=mpmath.mpf(10) ** (-2 * dps))
-        resid = abs(g(root))
-        if resid > mpmath.mpf(10) ** (-dps) * max(1, abs(root)):
-            raise ArithmeticError(f"q_star: residual {mpmath.nstr(resid, 3)} exceeds the required "
-                                  f"{mpmath.nstr(mpmath.mpf(10) ** -dps, 3)} (dps={dps})")
+        hi = _grow(g, max(2 * (sb + sw), mpmath.mpf(1)))
+        if hi is None:
+            return mpmath.inf
+        root = _root(g, lo, hi, dps, "q_star")
     with mpmath.workdps(dps):
         return +root
 
@@ -108,29 +126,23 @@ def _eoc_scalar(K, sb, dps):
         raise ValueError(f"{K.act.name} is positively homogeneous: chi1 = sigma_w2 dpsi2 does not depend on q, "
                          f"so the EOC is the single point sigma_b2 = 0, sigma_w2 = 1/dpsi2; for sigma_b2 > 0 q* "
                          f"diverges exactly where chi1 = 1 and there is no EOC curve.")
+    def none_beyond(sbv):
+        return ValueError(f"{K.act.name} has no edge of chaos at sigma_b2 = {sbv} (q* beyond {Q_MAX:g}).")
+
     if dps is None:
-        lo, hi = Q_MIN, 1.0
-        if h(lo) <= 0:
-            raise ArithmeticError(f"eoc: h(q) <= 0 at q = {lo:g}; no bracket for the edge of chaos of {K.act.name}.")
-        while h(hi) > 0:
-            hi *= 4
-            if hi > Q_MAX:
-                raise ValueError(f"{K.act.name} has no edge of chaos at sigma_b2 = {sb:g} (q* beyond {Q_MAX:g}).")
-        from scipy.optimize import brentq
-        qs = brentq(lambda t: float(h(t)), lo, hi, xtol=1e-300, rtol=8.9e-16, maxiter=500)
+        if h(Q_MIN) <= 0:
+            raise ArithmeticError(f"eoc: h(q) <= 0 at q = {Q_MIN:g}; no bracket for the edge of chaos of {K.act.name}.")
+        hi = _grow(h, 1.0)
+        if hi is None:
+            raise none_beyond(f"{sb:g}")
+        qs = _root(h, Q_MIN, hi, None, "eoc")
         return 1.0 / float(evaluate(K.dpsi2, (Q,), (qs,), K.kinks)), qs
     with mpmath.workdps(dps + 10):
         sb = to_mpf(sb)
-        lo, hi = mpmath.mpf(Q_MIN), mpmath.mpf(1)
-        while h(hi) > 0:
-            hi *= 4
-            if hi > Q_MAX:
-                raise ValueError(f"{K.act.name} has no edge of chaos at sigma_b2 = {sb} (q* beyond {Q_MAX:g}).")
-        qs = mpmath.findroot(h, (lo, hi), solver="anderson", tol=mpmath.mpf(10) ** (-2 * dps))
-        resid = abs(h(qs))
-        if resid > mpmath.mpf(10) ** (-dps) * max(1, abs(qs)):
-            raise ArithmeticError(f"eoc: residual {mpmath.nstr(resid, 3)} exceeds the required "
-                                  f"{mpmath.nstr(mpmath.mpf(10) ** -dps, 3)} (dps={dps})")
+        hi = _grow(h, mpmath.mpf(1))
+        if hi is None:
+            raise none_beyond(sb)
+        qs = _root(h, mpmath.mpf(Q_MIN), hi, dps, "eoc")
         sw = 1 / evaluate(K.dpsi2, (Q,), (qs,), K.kinks, dps)
     with mpmath.workdps(dps):
         return +sw, +qs
@@ -170,7 +182,6 @@ def _c_star_scalar(K, sw, sb):
     from scipy.optimize import brentq
 
     from .gaussian import q1 as Q1, q2 as Q2, q12 as Q12
-    from .gaussian import _homogeneous
     qs = _q_star_scalar(K, sw, sb, None)
     c1 = sb / (sw + sb) if sw + sb > 0 else 0.0
     if 0 < qs < math.inf:
@@ -178,10 +189,8 @@ def _c_star_scalar(K, sw, sb):
             return float((sw * evaluate(K.C, (Q1, Q2, Q12), (qs, qs, c * qs), K.kinks) + sb) / qs - c)
     else:
         # q -> 0 or inf: sigma_b2 is negligible against q and the correlation follows the
-        # normalised map c' = C(q, q, c q)/V(q), exact for homogeneous psi (take q = 1), else at
-        # q = 1e-8 (q* = 0) or q = 1e8 (q* = inf)
-        h = _homogeneous(K.act.expr)
-        qe = 1.0 if h and h[0] == 1 else (1e-8 if qs == 0 else 1e8)
+        # normalised map c' = C(q, q, c q)/V(q) (exact for homogeneous psi)
+        qe = _limit_q(K, qs)
         vq = float(evaluate(K.V, (Q,), (qe,), K.kinks))
 
         def g(c):
@@ -260,14 +269,12 @@ def phase(act, sigma_w2, sigma_b2, eoc_tol=1e-6, full=False):
     chi1 (< 1, |chi1 - 1| <= eoc_tol, > 1); c* in (1/2, 1): prejudice; c* <= 1/2: neutrality.
     chi1 is taken at q* (at q = 1 for positively homogeneous psi when q* is 0 or inf, where it
     does not depend on q). ``full=True`` returns a :class:`Phase` with q*, c*, gamma*, slope."""
-    from .gaussian import _homogeneous
     K = kernel(act)
     sw = float(check.real("phase", "sigma_w2", sigma_w2, lo=0))
     sb = float(check.real("phase", "sigma_b2", sigma_b2, lo=0))
     tol = float(check.real("phase", "eoc_tol", eoc_tol, lo=0))
     cs, qs = _c_star_scalar(K, sw, sb)
-    h = _homogeneous(K.act.expr)
-    qe = qs if 0 < qs < math.inf else (1.0 if h and h[0] == 1 else (1e-8 if qs == 0 else 1e8))
+    qe = qs if 0 < qs < math.inf else _limit_q(K, qs)
     slope = sw * float(evaluate(K.dpsi2, (Q,), (qe,), K.kinks))
     gamma = math.inf if cs >= 1 else cs / (1 - cs)
     if cs >= 1:

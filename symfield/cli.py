@@ -34,6 +34,25 @@ def _act(args):
         return activation(args.activation, pool=args.pool, k=args.k) if args.pool else activation(args.activation)
 
 
+def _number(v, dps):
+    """A float64 as its shortest repr, an mpmath number to dps digits."""
+    import mpmath
+    import numpy as np
+    v = v.item() if isinstance(v, np.ndarray) else v
+    if not dps:
+        return repr(float(v))
+    return mpmath.nstr(v if isinstance(v, mpmath.mpf) else mpmath.mpf(v), dps)  # mpf(mpf) would round to 15 digits
+
+
+def _print(args, values, meta=None):
+    """Print named numbers as aligned 'name value' lines, or JSON (with meta) under --json."""
+    if args.json:
+        print(json.dumps({**(meta or {}), **values}, indent=2))
+    else:
+        width = max(map(len, values)) + 1
+        print("\n".join(f"{k:{width}s} {v}" for k, v in values.items()))
+
+
 def cmd_kernel(args):
     from .kernel import MAPS, kernel
     K = kernel(_act(args))
@@ -46,8 +65,6 @@ def cmd_kernel(args):
 
 
 def cmd_map(args):
-    import mpmath
-
     from . import maps
     act = _act(args)
     q12 = args.q if args.q12 is None else args.q12
@@ -57,14 +74,9 @@ def cmd_map(args):
         "qab_map": maps.qab_map(act, args.q, q2, q12, args.sigma_w2, args.sigma_b2, dps=args.dps),
         "chi1": maps.chi1(act, args.sigma_w2, args.sigma_b2, q=args.q, dps=args.dps),
     }
-    digits = args.dps or 17
-    text = {k: mpmath.nstr(mpmath.mpf(v), digits) if args.dps else repr(float(v)) for k, v in out.items()}
-    if args.json:
-        print(json.dumps({"activation": act.name, "q": args.q, "q2": q2, "q12": q12, "sigma_w2": args.sigma_w2,
-                          "sigma_b2": args.sigma_b2, "dps": args.dps, **text}, indent=2))
-    else:
-        for k, v in text.items():
-            print(f"{k:8s} {v}")
+    text = {k: _number(v, args.dps) for k, v in out.items()}
+    _print(args, text, {"activation": act.name, "q": args.q, "q2": q2, "q12": q12, "sigma_w2": args.sigma_w2,
+                        "sigma_b2": args.sigma_b2, "dps": args.dps})
     return 0
 
 
@@ -133,21 +145,15 @@ def cmd_qstar(args):
     from .maps import chi1
     act = _act(args)
     qs = q_star(act, args.sigma_w2, args.sigma_b2, dps=args.dps)
-    fmt = (lambda v: mpmath.nstr(v, args.dps)) if args.dps else repr
     slope = chi1(act, args.sigma_w2, args.sigma_b2, q=qs, dps=args.dps) if 0 < qs < mpmath.inf else None
-    out = {"q_star": fmt(qs), "chi1": None if slope is None else fmt(slope)}
-    print(json.dumps(out, indent=2) if args.json else "\n".join(f"{k:7s} {v}" for k, v in out.items()))
+    _print(args, {"q_star": _number(qs, args.dps), "chi1": None if slope is None else _number(slope, args.dps)})
     return 0
 
 
 def cmd_eoc(args):
-    import mpmath
-
     from .fixedpoint import eoc
     e = eoc(_act(args), args.sigma_b2, dps=args.dps)
-    fmt = (lambda v: mpmath.nstr(v, args.dps)) if args.dps else repr
-    out = {"sigma_b2": fmt(e.sigma_b2), "sigma_w2": fmt(e.sigma_w2), "q_star": fmt(e.q_star)}
-    print(json.dumps(out, indent=2) if args.json else "\n".join(f"{k:9s} {v}" for k, v in out.items()))
+    _print(args, {k: _number(getattr(e, k), args.dps) for k in ("sigma_b2", "sigma_w2", "q_star")})
     return 0
 
 

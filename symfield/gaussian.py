@@ -121,6 +121,14 @@ def _arccos1(h):
 
 
 # ---------------------------------------------------------------- basis tables
+def _exp_quadratic(base, ex):
+    """(c2, c1, c0) for a factor exp(c2 x^2 + c1 x + c0) (base**ex with base exp(...) or E), else None."""
+    arg = sp.expand(base.args[0] * ex if isinstance(base, sp.exp) else ex)
+    if not arg.is_polynomial(x) or sp.Poly(arg, x).degree() > 2:
+        return None
+    return arg.coeff(x, 2), arg.coeff(x, 1), arg.subs(x, 0)
+
+
 def _basis(f):
     """Decompose f = sum coeff * basis; basis is ('pe', m, alpha) | ('erf', b) | ('bump', alpha). None if not possible."""
     f = sp.expand(sp.sympify(f).rewrite(sp.exp) if f.has(sp.sin, sp.cos, sp.sinh, sp.cosh) else sp.sympify(f))
@@ -136,11 +144,10 @@ def _basis(f):
             if base == x and ex.is_Integer and ex > 0:
                 m += int(ex)
             elif isinstance(base, sp.exp) or base == sp.E:
-                arg = sp.expand(base.args[0] * ex if isinstance(base, sp.exp) else ex)
-                poly = sp.Poly(arg, x) if arg.is_polynomial(x) else None
-                if poly is None or poly.degree() > 2:
+                quad = _exp_quadratic(base, ex)
+                if quad is None:
                     return None
-                c2, c1, c0 = (list(reversed(poly.all_coeffs())) + [0, 0, 0])[2::-1]
+                c2, c1, c0 = quad
                 coeff *= sp.exp(c0)
                 if c2 != 0:
                     if kind is not None or c1 != 0 or not (c2 < 0):
@@ -247,10 +254,10 @@ def _stein_terms(expr):
                     return None
                 erfs += [b] * int(ex)
             elif isinstance(base, sp.exp) or base == sp.E:
-                arg = sp.expand(base.args[0] * ex if isinstance(base, sp.exp) else ex)
-                if not arg.is_polynomial(x) or sp.Poly(arg, x).degree() > 2:
+                quad = _exp_quadratic(base, ex)
+                if quad is None:
                     return None
-                c2, c1, c0 = (arg.coeff(x, 2), arg.coeff(x, 1), arg.subs(x, 0))
+                c2, c1, c0 = quad
                 if c1 != 0 or not c2 <= 0:
                     return None
                 coeff *= sp.exp(c0)

@@ -19,6 +19,7 @@ from . import validate as check
 from .gaussian import q as Q
 from .kernel import kernel
 from .numeric import evaluate, to_mpf
+from .vroot import vroot
 
 Q_MIN, Q_MAX = 1e-12, 1e12
 
@@ -47,11 +48,94 @@ def _root(f, lo, hi, dps, what):
 
 
 def _limit_q(K, qs):
-    """Where to evaluate q-dependent quantities when q* is 0 or inf: q = 1 for positively
-    homogeneous psi (they do not depend on q), else q = 1e-8 (q* = 0) or 1e8 (q* = inf)."""
-    from .gaussian import _homogeneous
-    h = _homogeneous(K.act.expr)
-    return 1.0 if h and h[0] == 1 else (1e-8 if qs == 0 else 1e8)
+    """Where to evaluate q-dependent quantities when q* is 0 or inf (scalar or array): q = 1 for
+    positively homogeneous psi (they do not depend on q), else q = 1e-8 (q* = 0) or 1e8 (q* = inf)."""
+    if _degree_one(K):
+        return np.ones_like(qs) if np.ndim(qs) else 1.0
+    return np.where(np.asarray(qs) == 0, 1e-8, 1e8) if np.ndim(qs) else (1e-8 if qs == 0 else 1e8)
+
+
+_DEGREE_ONE = {}
+
+
+_CHI1_CONSTANT = {}
+
+
+def _chi1_constant(K):
+    """V(q)/E[psi'^2](q) = q exactly (closed forms): chi1 does not depend on q (cached check)."""
+    if K not in _CHI1_CONSTANT:
+        import sympy as sp
+        _CHI1_CONSTANT[K] = not K.V.has(sp.Integral) and sp.simplify(K.V / K.dpsi2 - Q) == 0
+    return _CHI1_CONSTANT[K]
+
+
+def _degree_one(K):
+    """psi positively homogeneous of degree 1 (then V/q, C/q and dpsi2 do not depend on q)."""
+    if K not in _DEGREE_ONE:
+        from .gaussian import _homogeneous
+        h = _homogeneous(K.act.expr)
+        _DEGREE_ONE[K] = bool(h and h[0] == 1)
+    return _DEGREE_ONE[K]
+
+
+class _Maps:
+    """float64 maps of one kernel, vectorised over arrays: V(q), dpsi2(q), C(q, c) = C(q, q, c q)."""
+
+    def __init__(self, K):
+        from .gaussian import q1 as Q1, q2 as Q2, q12 as Q12
+        from .numeric import evaluator
+        self.K = K
+        self._V = evaluator(K.V, (Q,), K.kinks)
+        self._d = evaluator(K.dpsi2, (Q,), K.kinks)
+        self._C = evaluator(K.C, (Q1, Q2, Q12), K.kinks)
+
+    def V(self, q):
+        return self._V(np.asarray(q, float))
+
+    def dpsi2(self, q):
+        return self._d(np.asarray(q, float))
+
+    def C(self, q, c):
+        q = np.asarray(q, float)
+        return self._C(q, q, np.asarray(c, float) * q)
+
+
+_MAPS = {}
+
+
+def _maps(K):
+    m = _MAPS.get(K)
+    if m is None:
+        m = _MAPS[K] = _Maps(K)
+    return m
+
+
+def _q_star_vec(K, sw, sb):
+    """float64 q* for 1-D arrays sw, sb (the first root of g(q) = sw V(q) + sb - q above 0)."""
+    M = _maps(K)
+    sw, sb = np.asarray(sw, float), np.asarray(sb, float)
+    out = np.full(sw.shape, np.nan)
+    glo = sw * M.V(np.full(sw.shape, Q_MIN)) + sb - Q_MIN
+    out[(glo <= 0) & (sb == 0)] = 0.0
+    idx = np.nonzero(glo > 0)[0]
+    hi = np.maximum(2 * (sb[idx] + sw[idx]), 1.0)
+    ghi = sw[idx] * M.V(hi) + sb[idx] - hi
+    while True:  # grow the brackets by 4 until g(hi) <= 0; past Q_MAX: q* = inf
+        grow = ghi > 0
+        over = grow & (hi * 4 > Q_MAX)
+        out[idx[over]] = math.inf
+        grow &= ~over
+        if not grow.any():
+            break
+        hi[grow] *= 4
+        ghi[grow] = sw[idx[grow]] * M.V(hi[grow]) + sb[idx[grow]] - hi[grow]
+    ok = ghi <= 0
+    idx, hi, ghi = idx[ok], hi[ok], ghi[ok]
+    if idx.size:
+        lo = np.full(idx.shape, Q_MIN)
+        out[idx] = vroot(lambda x, j: sw[idx[j]] * M.V(x) + sb[idx[j]] - x,
+                         lo, hi, glo[idx], ghi)
+    return out
 
 
 def _q_star_scalar(K, sw, sb, dps):
@@ -59,10 +143,7 @@ def _q_star_scalar(K, sw, sb, dps):
         return sw * evaluate(K.V, (Q,), (qv,), K.kinks, dps) + sb - qv
 
     if dps is None:
-        if float(g(Q_MIN)) <= 0:
-            return 0.0 if sb == 0 else math.nan
-        hi = _grow(lambda t: float(g(t)), max(2 * (sb + sw), 1.0))
-        return math.inf if hi is None else _root(g, Q_MIN, hi, None, "q_star")
+        return float(_q_star_vec(K, np.array([sw]), np.array([sb]))[0])
     with mpmath.workdps(dps + 10):
         sw, sb = to_mpf(sw), to_mpf(sb)  # decimal reading, as numeric.evaluate
         lo = mpmath.mpf(Q_MIN)
@@ -83,7 +164,10 @@ def q_star(act, sigma_w2, sigma_b2, dps=None):
     sw = check.real("q_star", "sigma_w2", sigma_w2, lo=0)
     sb = check.real("q_star", "sigma_b2", sigma_b2, lo=0)
     sw, sb = np.broadcast_arrays(sw, sb)
-    out = np.empty(sw.shape, dtype=float if dps is None else object)
+    if dps is None:
+        out = _q_star_vec(K, sw.ravel(), sb.ravel()).reshape(sw.shape)
+        return out if out.ndim else float(out)
+    out = np.empty(sw.shape, dtype=object)
     for idx in np.ndindex(sw.shape):
         out[idx] = _q_star_scalar(K, float(sw[idx]), float(sb[idx]), dps)
     return out if out.ndim else out.item()
@@ -122,7 +206,7 @@ def _eoc_scalar(K, sb, dps):
         d = evaluate(K.dpsi2, (Q,), (qv,), K.kinks, dps)
         return V / d + sb - qv
 
-    if not K.V.has(sp.Integral) and sp.simplify(K.V / K.dpsi2 - Q) == 0:
+    if _chi1_constant(K):
         raise ValueError(f"{K.act.name} is positively homogeneous: chi1 = sigma_w2 dpsi2 does not depend on q, "
                          f"so the EOC is the single point sigma_b2 = 0, sigma_w2 = 1/dpsi2; for sigma_b2 > 0 q* "
                          f"diverges exactly where chi1 = 1 and there is no EOC curve.")
@@ -130,13 +214,12 @@ def _eoc_scalar(K, sb, dps):
         return ValueError(f"{K.act.name} has no edge of chaos at sigma_b2 = {sbv} (q* beyond {Q_MAX:g}).")
 
     if dps is None:
-        if h(Q_MIN) <= 0:
-            raise ArithmeticError(f"eoc: h(q) <= 0 at q = {Q_MIN:g}; no bracket for the edge of chaos of {K.act.name}.")
-        hi = _grow(h, 1.0)
-        if hi is None:
+        sw, qs = _eoc_vec(K, np.array([sb]))
+        if np.isnan(sw[0]):
+            if qs[0] == 0:
+                raise ArithmeticError(f"eoc: h(q) <= 0 at q = {Q_MIN:g}; no bracket for the edge of chaos of {K.act.name}.")
             raise none_beyond(f"{sb:g}")
-        qs = _root(h, Q_MIN, hi, None, "eoc")
-        return 1.0 / float(evaluate(K.dpsi2, (Q,), (qs,), K.kinks)), qs
+        return float(sw[0]), float(qs[0])
     with mpmath.workdps(dps + 10):
         sb = to_mpf(sb)
         hi = _grow(h, mpmath.mpf(1))
@@ -146,6 +229,40 @@ def _eoc_scalar(K, sb, dps):
         sw = 1 / evaluate(K.dpsi2, (Q,), (qs,), K.kinks, dps)
     with mpmath.workdps(dps):
         return +sw, +qs
+
+
+def _eoc_vec(K, sb):
+    """float64 EOC for a 1-D array sb > 0: roots of h(q) = V(q)/E[psi'^2](q) + sigma_b2 - q
+    (h > 0 at q = Q_MIN; the bracket grows by 4 up to Q_MAX), sigma_w2 = 1/E[psi'^2](q*).
+    Returns (sigma_w2, q*); NaN with q* = 0 (no bracket at Q_MIN) or inf (none below Q_MAX)."""
+    M = _maps(K)
+    sb = np.asarray(sb, float)
+
+    def h(qv, j):
+        return M.V(qv) / M.dpsi2(qv) + sb[j] - qv
+
+    n = sb.size
+    lo = np.full(n, Q_MIN)
+    hlo = h(lo, np.arange(n))
+    qs = np.where(hlo <= 0, 0.0, np.nan)
+    hi, hhi = np.ones(n), np.full(n, np.nan)
+    live = hlo > 0
+    hhi[live] = h(hi[live], np.nonzero(live)[0])
+    grow = live & (hhi > 0)
+    while grow.any():
+        j = np.nonzero(grow)[0]
+        hi[j] *= 4
+        hhi[j] = h(hi[j], j)
+        over = hi[j] > Q_MAX
+        qs[j[over & (hhi[j] > 0)]] = math.inf
+        grow[j] = (hhi[j] > 0) & ~over
+    j = np.nonzero(live & (hhi <= 0))[0]
+    if j.size:
+        qs[j] = vroot(lambda x, k: h(x, j[k]), lo[j], hi[j], hlo[j], hhi[j])
+    ok = (qs > 0) & (qs < math.inf)
+    sw = np.full(n, np.nan)
+    sw[ok] = 1.0 / M.dpsi2(qs[ok])
+    return sw, qs
 
 
 def eoc(act, sigma_b2, dps=None) -> EOC:
@@ -165,8 +282,12 @@ def eoc_curve(act, sigma_b2, dps=None):
     K = kernel(act)
     dps = check.dps("eoc_curve", dps)
     sb = check.real("eoc_curve", "sigma_b2", sigma_b2, lo=0)
+    if dps is None and (sb > 0).all() and not _chi1_constant(K):
+        sw, qs = _eoc_vec(K, sb.ravel())
+        if not np.isnan(sw).any():
+            return sw.reshape(sb.shape)
     out = np.empty(sb.shape, dtype=float if dps is None else object)
-    for idx in np.ndindex(sb.shape):
+    for idx in np.ndindex(sb.shape):   # sigma_b2 = 0, dps, or points that raise a clear error
         out[idx] = _eoc_scalar(K, float(sb[idx]), dps)[0]
     return out
 
@@ -175,80 +296,195 @@ G_TOL = 1e-13  # |f(c) - c| below this counts as a fixed point (the maps' float6
 SCAN = 64  # grid points scanned for the first sign change of the c-map on the way from c^(1)
 
 
+NEAR_END = 10.0 ** -np.arange(1, 11)  # extra scan points end - (end - c) * 1e-j next to c = +-1
+
+
+def _c_star_vec(K, sw, sb, qs=None):
+    """float64 c* for 1-D arrays: the stable fixed point of g(c) = f(c) - c reached from
+    c1 = sigma_b2/(sigma_w2 + sigma_b2), f(c) = (sigma_w2 C(q*, q*, c q*) + sigma_b2)/q*: the
+    first root of g in the direction f moves c1, located by a scan (SCAN equal steps, then
+    points approaching +-1 geometrically, where the root sits when chi1 is just above 1) and
+    refined by vroot. q* = 0 or inf: the normalised map c' = C(q, q, c q)/V(q) in that limit
+    (sigma_b2 negligible against q; exact for positively homogeneous psi). Returns (c*, q*)."""
+    M = _maps(K)
+    sw, sb = np.asarray(sw, float), np.asarray(sb, float)
+    qs = _q_star_vec(K, sw, sb) if qs is None else qs
+    finite = (qs > 0) & (qs < math.inf)
+    qe = np.where(finite, qs, _limit_q(K, qs))
+    vq = np.where(finite, 1.0, M.V(qe))
+
+    def g(c, j):
+        f = finite[j]
+        val = M.C(qe[j], c)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(f, (sw[j] * val + sb[j]) / qe[j], val / vq[j]) - c
+
+    n = sw.size
+    alln = np.arange(n)
+    c1 = np.where(sw + sb > 0, sb / np.where(sw + sb > 0, sw + sb, 1.0), 0.0)
+    out = np.full(n, np.nan)
+    g1 = g(c1, alln)
+    done = (np.abs(g1) <= G_TOL) | (sw == 0) | np.isnan(qs)
+    out[done] = np.where(np.isnan(qs[done]), np.nan, c1[done])
+    end = np.where(g1 > 0, 1.0, -1.0)
+    fracs = np.concatenate([np.arange(1, SCAN) / SCAN, 1 - NEAR_END / SCAN])
+    prev_c, prev_g = c1.copy(), g1.copy()
+    lo, hi, glo, ghi = (np.full(n, np.nan) for _ in range(4))
+    bracketed = np.zeros(n, bool)
+    for i, t in enumerate(fracs):
+        idx = np.nonzero(~done & ~bracketed)[0]
+        if idx.size == 0:
+            break
+        c = c1[idx] + (end[idx] - c1[idx]) * t
+        gc = g(c, idx)
+        hit = (np.abs(gc) <= G_TOL) & (i < SCAN - 1)
+        out[idx[hit]] = c[hit]
+        done[idx[hit]] = True
+        cross = ~hit & ((gc > 0) != (prev_g[idx] > 0))
+        if i >= SCAN - 1:  # near +-1 a crossing must stand out of the maps' rounding (G_TOL)
+            cross &= np.abs(gc) > G_TOL
+        j = idx[cross]
+        lo[j], hi[j], glo[j], ghi[j] = prev_c[j], c[cross], prev_g[j], gc[cross]
+        bracketed[j] = True
+        prev_c[idx], prev_g[idx] = c, gc
+    rest = ~done & ~bracketed  # no crossing before +-1: the recursion runs to the boundary
+    out[rest] = end[rest]
+    j = np.nonzero(bracketed)[0]
+    if j.size:
+        out[j] = vroot(lambda x, k: g(x, j[k]), lo[j], hi[j], glo[j], ghi[j])
+    return out, qs
+
+
 def _c_star_scalar(K, sw, sb):
-    """Stable fixed point of f(c) = (sigma_w2 C(q*, q*, c q*) + sigma_b2)/q* reached from
-    c1 = sigma_b2/(sigma_w2 + sigma_b2): the first root of f(c) - c in the direction f moves c1.
-    q* = 0 or inf: the normalised map c' = C(q, q, c q)/V(q) in that limit (see below)."""
-    from scipy.optimize import brentq
+    c, qs = _c_star_vec(K, np.array([float(sw)]), np.array([float(sb)]))
+    return float(c[0]), float(qs[0])
 
+
+def _c_star_mp(K, sw, sb, dps):
+    """c* to dps digits: the float64 root refined by mpmath (secant) on the mp c-map, verified by
+    its residual and by staying within 1e-9 of the float64 root; c1 and +-1 are exact."""
     from .gaussian import q1 as Q1, q2 as Q2, q12 as Q12
-    qs = _q_star_scalar(K, sw, sb, None)
-    c1 = sb / (sw + sb) if sw + sb > 0 else 0.0
-    if 0 < qs < math.inf:
-        def g(c):
-            return float((sw * evaluate(K.C, (Q1, Q2, Q12), (qs, qs, c * qs), K.kinks) + sb) / qs - c)
-    else:
-        # q -> 0 or inf: sigma_b2 is negligible against q and the correlation follows the
-        # normalised map c' = C(q, q, c q)/V(q) (exact for homogeneous psi)
-        qe = _limit_q(K, qs)
-        vq = float(evaluate(K.V, (Q,), (qe,), K.kinks))
+    c0, q0 = _c_star_scalar(K, sw, sb)
+    with mpmath.workdps(dps + 10):
+        swm, sbm = to_mpf(sw), to_mpf(sb)
+        c1 = sbm / (swm + sbm) if swm + sbm > 0 else mpmath.mpf(0)
+        if abs(c0) == 1:
+            return mpmath.mpf(c0)
+        if c0 == float(c1):
+            return +c1
+        if not 0 < q0 < math.inf:
+            raise NotImplementedError("c_star(dps=...) with q* = 0 or inf (a limit map) is float64 only.")
+        qs = _q_star_scalar(K, sw, sb, dps)
 
         def g(c):
-            return float(evaluate(K.C, (Q1, Q2, Q12), (qe, qe, c * qe), K.kinks)) / vq - c
-
-    g1 = g(c1)
-    if abs(g1) <= G_TOL or sw == 0:  # c1 is a fixed point to the accuracy of the maps
-        return c1, qs
-    end = 1.0 if g1 > 0 else -1.0
-    prev_c, prev_g = c1, g1
-    for i in range(1, SCAN):
-        c = c1 + (end - c1) * i / SCAN
-        gc = g(c)
-        if abs(gc) <= G_TOL:
-            return c, qs
-        if (gc > 0) != (prev_g > 0):
-            return brentq(g, prev_c, c, xtol=1e-15, rtol=8.9e-16, maxiter=200), qs
-        prev_c, prev_g = c, gc
-    return end, qs  # no crossing before c = +-1: the recursion runs to the boundary (c* = 1 or -1)
+            return (swm * evaluate(K.C, (Q1, Q2, Q12), (qs, qs, c * qs), K.kinks, dps) + sbm) / qs - c
+        root = _root(g, mpmath.mpf(c0), mpmath.mpf(c0) * (1 + mpmath.mpf(10) ** -9), dps, "c_star")
+        if abs(root - c0) > 1e-9:
+            raise ArithmeticError(f"c_star: the mpmath root {mpmath.nstr(root, 12)} left the float64 "
+                                  f"bracket around {c0!r}; cannot certify c* at dps={dps}")
+    with mpmath.workdps(dps):
+        return +root
 
 
 def c_star(act, sigma_w2, sigma_b2, dps=None):
-    """Stable correlation fixed point c* reached from c^(1) (float64; vectorised by a loop)."""
+    """Stable correlation fixed point c* reached from c^(1) (float64 arrays; dps=N: mpmath)."""
     K = kernel(act)
-    if dps is not None:
-        raise NotImplementedError("c_star(dps=...) needs the mpmath covariance map at every step; "
-                                  "only float64 is supported so far.")
+    dps = check.dps("c_star", dps)
     sw = check.real("c_star", "sigma_w2", sigma_w2, lo=0)
     sb = check.real("c_star", "sigma_b2", sigma_b2, lo=0)
     sw, sb = np.broadcast_arrays(sw, sb)
-    out = np.empty(sw.shape)
+    if dps is None:
+        out = _c_star_vec(K, sw.ravel(), sb.ravel())[0].reshape(sw.shape)
+        return out if out.ndim else float(out)
+    out = np.empty(sw.shape, dtype=object)
     for idx in np.ndindex(sw.shape):
-        out[idx] = _c_star_scalar(K, float(sw[idx]), float(sb[idx]))[0]
-    return out if out.ndim else float(out)
+        out[idx] = _c_star_mp(K, float(sw[idx]), float(sb[idx]), dps)
+    return out if out.ndim else out.item()
 
 
-def neutrality(act, sigma_b2, sigma_w2_max=50.0):
-    """sigma_w2 where c* = 1/2 (gamma* = 1), by bracketing root finding on c*(sigma_w2) - 1/2.
+def _neutrality_vec(K, sb, sigma_w2_max=50.0):
+    """float64 neutrality line for a 1-D array sb > 0, by eliminating sigma_w2 (c* = 1/2 known):
+    on the q* equation sigma_w2(q) = (q - sigma_b2)/V(q), q > sigma_b2, solve
+        h(q) = (sigma_w2(q) C(q, q, q/2) + sigma_b2)/q - 1/2 = 0,
+    i.e. 1/2 is a fixed point of the c-map; h -> 1/2 > 0 as q -> sigma_b2+. The bracket grows q by
+    2 until h < 0 (NaN where sigma_w2(q) passes sigma_w2_max or q passes Q_MAX first). Then
+    1/2 must be the stable c* reached from c1 (checked; NaN otherwise). Returns (sigma_w2, q*)."""
+    M = _maps(K)
+    sb = np.asarray(sb, float)
 
-    The bracket starts at the edge of chaos (c* = 1 below it) and grows geometrically up to
-    ``sigma_w2_max``; if c* never drops below 1/2 there, no neutrality line exists in the range."""
-    from scipy.optimize import brentq
+    def parts(qv, j):
+        V = M.V(qv)
+        sw = (qv - sb[j]) / V
+        return sw, (sw * M.C(qv, 0.5) + sb[j]) / qv - 0.5
+
+    n = sb.size
+    lo = sb * (1 + 1e-9)
+    hlo = parts(lo, np.arange(n))[1]
+    hi, hhi = lo.copy(), hlo.copy()
+    live = hhi > 0
+    failed = ~live
+    while live.any():
+        j = np.nonzero(live)[0]
+        lo[j], hlo[j] = hi[j], hhi[j]
+        hi[j] *= 2
+        sw, hhi[j] = parts(hi[j], j)
+        out_of_range = (sw > sigma_w2_max) | (hi[j] > Q_MAX) | ~np.isfinite(hhi[j])
+        failed[j[out_of_range]] = True
+        live[j] = ~out_of_range & (hhi[j] > 0)
+    qs = np.full(n, np.nan)
+    j = np.nonzero(~failed)[0]
+    if j.size:
+        qs[j] = vroot(lambda x, k: parts(x, j[k])[1], lo[j], hi[j], hlo[j], hhi[j])
+    sw = np.where(np.isnan(qs), np.nan, (qs - sb) / M.V(np.where(np.isnan(qs), 1.0, qs)))
+    ok = ~np.isnan(sw)
+    if ok.any():  # 1/2 must be the fixed point the recursion reaches from c1
+        cs = _c_star_vec(K, sw[ok], sb[ok], qs[ok])[0]
+        bad = np.abs(cs - 0.5) > 1e-6
+        sw[np.nonzero(ok)[0][bad]] = np.nan
+    return sw, qs
+
+
+def neutrality(act, sigma_b2, dps=None, sigma_w2_max=50.0):
+    """sigma_w2 where c* = 1/2 (gamma* = 1) at each sigma_b2 > 0, by root finding on the
+    eliminated equation of :func:`_neutrality_vec` (float64, arrays broadcast); dps=N refines
+    the root in mpmath (secant from the float64 root, verified by its residual). Raises
+    ValueError where c* stays above 1/2 for every sigma_w2 <= sigma_w2_max."""
     K = kernel(act)
-    sb = float(check.real("neutrality", "sigma_b2", sigma_b2, lo=0, lo_open=True))
-    try:
-        lo = _eoc_scalar(K, sb, None)[0]
-    except ValueError:
-        lo = 1e-3
-    h = lambda w: _c_star_scalar(K, w, sb)[0] - 0.5  # noqa: E731
-    if h(lo) <= 0:
-        raise ValueError(f"neutrality: c* <= 1/2 already at sigma_w2 = {lo:g} for {K.act.name} at sigma_b2 = {sb:g}.")
-    hi = lo * 1.5
-    while h(hi) > 0:
-        lo, hi = hi, hi * 1.5
-        if hi > sigma_w2_max:
-            raise ValueError(f"{K.act.name} has no neutrality line at sigma_b2 = {sb:g} for sigma_w2 <= "
-                             f"{sigma_w2_max:g}: c* stays above 1/2 (prejudiced) there.")
-    return brentq(h, lo, hi, xtol=1e-13, rtol=8.9e-16, maxiter=200)
+    dps = check.dps("neutrality", dps)
+    sb = check.real("neutrality", "sigma_b2", sigma_b2, lo=0, lo_open=True)
+    wmax = float(check.real("neutrality", "sigma_w2_max", sigma_w2_max, lo=0, lo_open=True))
+    sw, qs = _neutrality_vec(K, sb.ravel(), wmax)
+    if np.isnan(sw).any():
+        bad = sb.ravel()[np.isnan(sw)]
+        raise ValueError(f"{K.act.name} has no neutrality line at sigma_b2 = {', '.join(f'{v:g}' for v in bad[:5])}"
+                         f"{' ...' if bad.size > 5 else ''} for sigma_w2 <= {wmax:g}: c* stays above 1/2 "
+                         f"(prejudiced) there, or 1/2 is not the fixed point reached from c^(1).")
+    if dps is None:
+        return sw.reshape(sb.shape) if sb.ndim else float(sw[0])
+    out = np.empty(sb.size, dtype=object)
+    for i, (b, q0) in enumerate(zip(sb.ravel(), qs)):
+        out[i] = _neutrality_mp(K, float(b), float(q0), dps)
+    return out.reshape(sb.shape) if sb.ndim else out[0]
+
+
+def _neutrality_mp(K, sb, q0, dps):
+    from .gaussian import q1 as Q1, q2 as Q2, q12 as Q12
+    with mpmath.workdps(dps + 10):
+        sbm = to_mpf(sb)
+
+        def V(qv):
+            return evaluate(K.V, (Q,), (qv,), K.kinks, dps)
+
+        def h(qv):
+            return ((qv - sbm) / V(qv) * evaluate(K.C, (Q1, Q2, Q12), (qv, qv, qv / 2), K.kinks, dps) + sbm) / qv \
+                - mpmath.mpf(1) / 2
+        qm = mpmath.mpf(q0)
+        root = _root(h, qm, qm * (1 + mpmath.mpf(10) ** -9), dps, "neutrality")
+        if abs(root - qm) > 1e-8 * qm:
+            raise ArithmeticError(f"neutrality: the mpmath root left the float64 bracket at q = {q0!r} (dps={dps})")
+        sw = (root - sbm) / V(root)
+    with mpmath.workdps(dps):
+        return +sw
 
 
 PHASES = ("ordered-deep-prejudice", "edge-of-chaos", "chaotic-deep-prejudice", "prejudice", "neutrality")
@@ -264,6 +500,19 @@ class Phase:
     slope: float
 
 
+def _phase_vec(K, sw, sb, tol):
+    """(codes into PHASES, q*, c*, gamma*, slope) for 1-D arrays sw, sb (MATH.md section 6)."""
+    cs, qs = _c_star_vec(K, sw, sb)
+    finite = (qs > 0) & (qs < math.inf)
+    qe = np.where(finite, qs, _limit_q(K, qs))
+    slope = sw * _maps(K).dpsi2(qe)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gamma = np.where(cs >= 1, math.inf, cs / (1 - cs))
+    codes = np.where(cs >= 1, np.where(np.abs(slope - 1) <= tol, 1, np.where(slope < 1, 0, 2)),
+                     np.where(cs > 0.5, 3, 4))
+    return codes, qs, cs, gamma, slope
+
+
 def phase(act, sigma_w2, sigma_b2, eoc_tol=1e-6, full=False):
     """One of PHASES. c* = 1 (gamma* = inf): ordered / edge-of-chaos / chaotic by the slope
     chi1 (< 1, |chi1 - 1| <= eoc_tol, > 1); c* in (1/2, 1): prejudice; c* <= 1/2: neutrality.
@@ -273,15 +522,9 @@ def phase(act, sigma_w2, sigma_b2, eoc_tol=1e-6, full=False):
     sw = float(check.real("phase", "sigma_w2", sigma_w2, lo=0))
     sb = float(check.real("phase", "sigma_b2", sigma_b2, lo=0))
     tol = float(check.real("phase", "eoc_tol", eoc_tol, lo=0))
-    cs, qs = _c_star_scalar(K, sw, sb)
-    qe = qs if 0 < qs < math.inf else _limit_q(K, qs)
-    slope = sw * float(evaluate(K.dpsi2, (Q,), (qe,), K.kinks))
-    gamma = math.inf if cs >= 1 else cs / (1 - cs)
-    if cs >= 1:
-        label = PHASES[1] if abs(slope - 1) <= tol else (PHASES[0] if slope < 1 else PHASES[2])
-    else:
-        label = PHASES[3] if cs > 0.5 else PHASES[4]
-    return Phase(label, qs, cs, gamma, slope) if full else label
+    codes, qs, cs, gamma, slope = (v[0] for v in _phase_vec(K, np.array([sw]), np.array([sb]), tol))
+    label = PHASES[int(codes)]
+    return Phase(label, float(qs), float(cs), float(gamma), float(slope)) if full else label
 
 
 def _depth_scale(func, act, sigma_w2, sigma_b2, slope_of):

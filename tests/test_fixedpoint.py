@@ -193,3 +193,92 @@ def test_xi_c_diverges_at_the_edge_of_chaos():
     e = sf.eoc("erf", 0.1)
     far, near = sf.xi_c("erf", e.sigma_w2 * 0.99, 0.1), sf.xi_c("erf", e.sigma_w2 * 0.999, 0.1)
     assert near > 9 * far > 0
+
+
+# ---------------------------------------------------------------- c*, neutrality at any precision
+def _erf_stable_fixed_point(sw, sb, cs, tol):
+    from oracles import REGISTRY
+    with mp.workdps(40):
+        swm, sbm = mp.mpf(repr(sw)), mp.mpf(repr(sb))
+        qs = mp.findroot(lambda q: swm * REGISTRY["erf"]["V"](q) + sbm - q, mp.mpf(sf.q_star("erf", sw, sb)))
+        assert abs(_erf_cmap(swm, sbm, qs, mp.mpf(cs)) - cs) < tol
+        assert 0 <= mp.diff(lambda c: _erf_cmap(swm, sbm, qs, c), mp.mpf(cs)) < 1
+
+
+def test_c_star_just_above_the_edge_of_chaos_is_below_one():
+    # chaotic side of the EOC: c = 1 is unstable and the stable c* sits close to (but below) 1
+    sw = sf.eoc("erf", 0.1).sigma_w2 * 1.01
+    cs = sf.c_star("erf", sw, 0.1)
+    assert 0.9 < cs < 1
+    _erf_stable_fixed_point(sw, 0.1, cs, 1e-13)
+    assert sf.c_star("tanh", 2.0, 0.1) < 1 and sf.phase("tanh", 2.0, 0.1) == "prejudice"
+
+
+def test_c_star_dps30_against_the_literature_map():
+    cs = sf.c_star("erf", 3.0, 0.1, dps=30)
+    assert isinstance(cs, mp.mpf)
+    _erf_stable_fixed_point(3.0, 0.1, cs, mp.mpf(10) ** -28)
+    assert abs(float(cs) - sf.c_star("erf", 3.0, 0.1)) < 1e-13
+    assert sf.c_star("erf", 1.2, 0.1, dps=30) == 1
+
+
+def test_neutrality_dps30_against_the_literature_map():
+    from oracles import REGISTRY
+    sw = sf.neutrality("erf", 0.1, dps=30)
+    with mp.workdps(40):
+        sb = mp.mpf("0.1")
+        qs = mp.findroot(lambda q: sw * REGISTRY["erf"]["V"](q) + sb - q, mp.mpf(1))
+        assert abs(_erf_cmap(sw, sb, qs, mp.mpf(1) / 2) - mp.mpf(1) / 2) < mp.mpf(10) ** -28
+    assert abs(float(sw) - sf.neutrality("erf", 0.1)) < 1e-12
+
+
+def test_neutrality_vectorised_and_k_times_for_avg_pools():
+    sb = np.array([0.05, 0.1, 0.2])
+    a = sf.neutrality("erf", sb)
+    assert a.shape == (3,) and np.all(np.diff(a) > 0)
+    b = sf.neutrality(sf.activation("erf", pool="avg", k=3), sb)
+    np.testing.assert_allclose(b, 3 * a, rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_neutrality_tanh_float64_to_1e10_and_dps30_to_25_digits():
+    a = sf.neutrality("tanh", 0.1)
+    b = sf.neutrality("tanh", 0.1, dps=30)
+    c = sf.neutrality("tanh", 0.1, dps=40)
+    with mp.workdps(40):
+        assert abs(b - c) < mp.mpf(10) ** -25
+        assert abs(mp.mpf(a) - c) < 1e-10 * c
+
+
+# ---------------------------------------------------------------- phase diagrams
+def test_relu_phase_diagram_c_star_one_and_boundary_at_two():
+    sw, sb = np.linspace(0.25, 4, 16), np.linspace(0, 0.2, 5)
+    pd = sf.phase_diagram("relu", sigma_w2=sw, sigma_b2=sb)
+    assert np.all(pd.c_star == 1)
+    assert np.all(pd.labels[sw < 2] == "ordered-deep-prejudice")
+    assert np.all(pd.labels[sw > 2] == "chaotic-deep-prejudice")
+    assert np.all(pd.labels[sw == 2] == "edge-of-chaos")
+    assert pd.eoc[0] == 2 and np.all(np.isnan(pd.eoc[1:])) and np.all(np.isnan(pd.neutrality))
+
+
+def test_erf_phase_diagram_agrees_with_pointwise_phase_and_lines():
+    sw, sb = np.linspace(0.5, 4, 8), np.array([0.0, 0.05, 0.1])
+    pd = sf.phase_diagram("erf", sigma_w2=sw, sigma_b2=sb)
+    for i in range(sw.size):
+        for j in range(sb.size):
+            p = sf.phase("erf", sw[i], sb[j], full=True)
+            assert pd.labels[i, j] == p.label and pd.c_star[i, j] == p.c_star
+    np.testing.assert_allclose(pd.eoc, sf.eoc_curve("erf", sb), rtol=1e-14)
+    np.testing.assert_allclose(pd.neutrality[1:], sf.neutrality("erf", sb[1:]), rtol=1e-14)
+    # each side of the neutrality line has its label
+    j = 2
+    assert np.all(pd.labels[sw > pd.neutrality[j] * 1.01, j] == "neutrality")
+    assert np.all(pd.labels[(sw < pd.neutrality[j] * 0.99) & (sw > pd.eoc[j] * 1.01), j] == "prejudice")
+    assert pd.counts()["neutrality"] > 0
+
+
+def test_phase_diagram_bad_input():
+    with pytest.raises(ValueError, match="'sigma_w2' parameter of phase_diagram"):
+        sf.phase_diagram("erf", sigma_w2=[-1.0], sigma_b2=[0.1])
+    with pytest.raises(ValueError, match="'depth' parameter of phase_diagram"):
+        sf.phase_diagram("erf", sigma_w2=[1.0], sigma_b2=[0.1], depth=0)

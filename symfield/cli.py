@@ -14,6 +14,7 @@ EPILOG = """examples:
   symfield propagate relu --sigma-w2 2.5 --sigma-b2 0.1 --depth 30
   symfield qstar tanh --sigma-w2 1.76095 --sigma-b2 0.05 --dps 30
   symfield eoc tanh --sigma-b2 0.05 --dps 50
+  symfield phase tanh --plot phase.png      phase diagram (sigma_b2 on x, sigma_w2 on y)
 """
 
 
@@ -113,6 +114,15 @@ def build_parser():
     _common(p)
     p.add_argument("--sigma-b2", type=float, required=True)
     p.add_argument("--dps", type=int, help="decimal digits (mpmath); default float64")
+    p = sub.add_parser("phase", help="phase diagram on a (sigma_w2, sigma_b2) grid: labels, EOC and neutrality lines",
+                       epilog="example: symfield phase tanh --sigma-w2 0:4:401 --sigma-b2 0:0.2:201 --plot phase.png")
+    _common(p)
+    p.add_argument("--sigma-w2", default="0:4:401", help="start:stop:num (default 0:4:401)")
+    p.add_argument("--sigma-b2", default="0:0.2:201", help="start:stop:num (default 0:0.2:201)")
+    p.add_argument("--depth", type=int, help="also record c and gamma at this layer")
+    p.add_argument("--eoc-tol", type=float, default=1e-6, help="|chi1 - 1| counted as edge of chaos (default 1e-6)")
+    p.add_argument("-o", "--output", help="write the fields to FILE.npz or FILE.csv (parameters recorded inside)")
+    p.add_argument("--plot", help="draw the paper-style phase diagram to FILE.png/.pdf/.svg")
     p = sub.add_parser("qstar", help="variance fixed point q* and chi1 there")
     _common(p)
     p.add_argument("--sigma-w2", type=float, required=True)
@@ -157,7 +167,82 @@ def cmd_eoc(args):
     return 0
 
 
-COMMANDS = {"kernel": cmd_kernel, "map": cmd_map, "propagate": cmd_propagate, "qstar": cmd_qstar, "eoc": cmd_eoc}
+def _range(text, name):
+    """'start:stop:num' (num >= 1 points, inclusive) or a single number -> 1-D array."""
+    import numpy as np
+    parts = text.split(":")
+    try:
+        if len(parts) == 1:
+            return np.array([float(parts[0])])
+        if len(parts) == 3 and int(parts[2]) >= 1:
+            return np.linspace(float(parts[0]), float(parts[1]), int(parts[2]))
+    except ValueError:
+        pass
+    raise ValueError(f"{name} must be a number or start:stop:num with num >= 1 (e.g. 0:4:401); got {text!r}")
+
+
+def _writable(path, name, suffixes):
+    from pathlib import Path
+    p = Path(path)
+    if p.suffix.lower() not in suffixes:
+        raise ValueError(f"{name} must end in one of {', '.join(suffixes)}; got {path!r}")
+    if not p.parent.exists() or not p.parent.is_dir():
+        raise ValueError(f"{name}: directory {str(p.parent)!r} does not exist")
+    import os
+    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise ValueError(f"{name}: {path!r} is not writable")
+    return p
+
+
+def cmd_phase(args):
+    import time
+
+    import numpy as np
+
+    from .fixedpoint import PHASES
+    from .phase_diagram import phase_diagram
+    sw, sb = _range(args.sigma_w2, "--sigma-w2"), _range(args.sigma_b2, "--sigma-b2")
+    out = _writable(args.output, "-o/--output", (".npz", ".csv")) if args.output else None
+    plot = _writable(args.plot, "--plot", (".png", ".pdf", ".svg")) if args.plot else None
+    t0 = time.perf_counter()
+    pd = phase_diagram(_act(args), sigma_w2=sw, sigma_b2=sb, depth=args.depth, eoc_tol=args.eoc_tol)
+    seconds = time.perf_counter() - t0
+    params = dict(activation=pd.act, sigma_w2=args.sigma_w2, sigma_b2=args.sigma_b2, depth=args.depth,
+                  eoc_tol=args.eoc_tol)
+    if out is not None and out.suffix.lower() == ".npz":
+        extra = {} if pd.depth is None else dict(c_depth=pd.c_depth, gamma_depth=pd.gamma_depth)
+        np.savez_compressed(out, sigma_w2=pd.sigma_w2, sigma_b2=pd.sigma_b2, codes=pd.codes,
+                            phases=np.asarray(PHASES), q_star=pd.q_star, c_star=pd.c_star,
+                            gamma_star=pd.gamma_star, slope=pd.slope, eoc=pd.eoc, neutrality=pd.neutrality,
+                            params=json.dumps(params), **extra)
+    elif out is not None:
+        with open(out, "w") as fh:
+            fh.write(f"# {json.dumps(params)}\nsigma_w2,sigma_b2,phase,q_star,c_star,gamma_star,slope\n")
+            for i, w in enumerate(pd.sigma_w2):
+                for j, b in enumerate(pd.sigma_b2):
+                    fh.write(f"{w!r},{b!r},{pd.labels[i, j]},{pd.q_star[i, j]!r},{pd.c_star[i, j]!r},"
+                             f"{pd.gamma_star[i, j]!r},{pd.slope[i, j]!r}\n")
+    if plot is not None:
+        from . import plots
+        plots.phase_diagram(pd, plot)
+    summary = {"activation": pd.act, "grid": [int(sw.size), int(sb.size)], "seconds": round(seconds, 3),
+               "counts": pd.counts(), "output": str(out) if out else None, "plot": str(plot) if plot else None}
+    if args.json:
+        summary["eoc"] = [None if np.isnan(v) else float(v) for v in pd.eoc]
+        summary["neutrality"] = [None if np.isnan(v) else float(v) for v in pd.neutrality]
+        summary["sigma_b2"] = [float(v) for v in pd.sigma_b2]
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"{pd.act}: {sw.size} x {sb.size} grid (sigma_w2 x sigma_b2) in {seconds:.2f} s")
+    for name, n in summary["counts"].items():
+        print(f"  {name:24s} {n}")
+    for label, path in (("data", out), ("plot", plot)):
+        if path:
+            print(f"{label}: {path}")
+    return 0
+
+
+COMMANDS = {"phase": cmd_phase, "kernel": cmd_kernel, "map": cmd_map, "propagate": cmd_propagate, "qstar": cmd_qstar, "eoc": cmd_eoc}
 
 
 def main(argv=None):

@@ -63,3 +63,74 @@ def phase_diagram(pd, path=None, ax=None, title=None):
         if fig is not None:
             plt.close(fig)
     return ax
+
+
+def _finish(fig, path):
+    if path is not None:
+        fig.savefig(path, bbox_inches="tight")
+        _pyplot().close(fig)
+    return fig
+
+
+def depth_curves(prop, sim=None, path=None, title=None):
+    """c^(l) and gamma^(l) against depth for one initialisation: the infinite-width recursion
+    (a :class:`symfield.propagate` result at a single grid point) and, when ``sim`` (a
+    :func:`symfield.simulate` result) is given, its median and 5-95% band of c over input pairs
+    and its gamma. Returns the figure."""
+    plt = _pyplot()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4), dpi=120)
+    layers = np.asarray(prop.layers)
+    c, g = np.asarray(prop.c).reshape(layers.size, -1)[:, 0], np.asarray(prop.gamma).reshape(layers.size, -1)[:, 0]
+    a1.plot(layers, c, "k-", lw=2, label="infinite width")
+    a2.semilogy(layers, g, "k-", lw=2, label="infinite width")
+    if sim is not None:
+        ls = np.asarray(sim.layers)
+        a1.fill_between(ls, sim.c05, sim.c95, color="#4c72b0", alpha=0.3, label="simulation 5-95%")
+        a1.plot(ls, sim.c50, color="#4c72b0", lw=1, label="simulation median")
+        a2.semilogy(ls, sim.gamma, color="#4c72b0", lw=1, label="simulation")
+    a1.set_xlabel("layer $l$")
+    a1.set_ylabel("$c^{(l)}$")
+    a2.set_xlabel("layer $l$")
+    a2.set_ylabel("$\\gamma^{(l)}$")
+    for a in (a1, a2):
+        a.legend(fontsize=8)
+    p = getattr(prop, "params", {}) or {}
+    fig.suptitle(title or f"{p.get('act', '')}: depth profile")
+    return _finish(fig, path)
+
+
+def g0_densities(gammas=(0.1, 0.5, 1.0, 2.0, 10.0), path=None):
+    """Densities of G0, the fraction of inputs assigned to class 0 (MATH.md section 5), for
+    several drift ratios gamma: peaked at 1/2 (gamma < 1), uniform (gamma = 1), pushed to 0 and 1."""
+    from . import igb
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    g = np.linspace(1e-4, 1 - 1e-4, 801)
+    for gam in gammas:
+        ax.plot(g, igb.g0_pdf(g, gam), label=f"$\\gamma = {gam:g}$")
+    ax.set_ylim(0, 4)
+    ax.set_xlabel("$G_0$ (fraction of inputs in class 0)")
+    ax.set_ylabel("density")
+    ax.legend(fontsize=8)
+    ax.set_title("Initial guessing bias: distribution of $G_0$")
+    return _finish(fig, path)
+
+
+def divergence(d, path=None, title=None):
+    """gamma^(l) of a :func:`symfield.divergence` result on semi-log (exponential growth is a
+    line) and log-log (power law is a line) axes, with the classification in the title."""
+    plt = _pyplot()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4), dpi=120)
+    gam = np.asarray(d.gamma, dtype=float)
+    l = np.arange(1, gam.size + 1)
+    a1.semilogy(l, gam, "k.-", ms=3)
+    a2.loglog(l, gam, "k.-", ms=3)
+    for a, name in ((a1, "semi-log"), (a2, "log-log")):
+        a.set_xlabel("layer $l$")
+        a.set_ylabel("$\\gamma^{(l)}$")
+        a.set_title(name, fontsize=9)
+    what = {"exponential": ("rate", d.rate), "power-law": ("exponent", d.exponent),
+            "finite": ("gamma*", d.gamma_star)}[d.kind]
+    what = f"{what[0]} {float(what[1]):.4g}"
+    fig.suptitle(title or f"gamma divergence: {d.kind} ({what})")
+    return _finish(fig, path)

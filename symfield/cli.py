@@ -128,6 +128,9 @@ def build_parser():
     p.add_argument("--sigma-w2", type=float, required=True)
     p.add_argument("--sigma-b2", type=float, required=True)
     p.add_argument("--dps", type=int, help="decimal digits (mpmath); default float64")
+    _derive_verify_parsers(sub)
+    _sweep_parser(sub)
+    _bench_parser(sub)
     return parser
 
 
@@ -243,6 +246,69 @@ def cmd_phase(args):
 
 
 COMMANDS = {"phase": cmd_phase, "kernel": cmd_kernel, "map": cmd_map, "propagate": cmd_propagate, "qstar": cmd_qstar, "eoc": cmd_eoc}
+
+
+def _derive_verify_parsers(sub):
+    p = sub.add_parser("derive", help="LaTeX document deriving the mean-field theory of an activation")
+    p.add_argument("activation", help="built-in name (see `symfield list`) or a formula in x")
+    p.add_argument("--pool", choices=["max", "avg"], help="multi-node activation: pool phi over k nodes")
+    p.add_argument("--k", type=int, default=2, help="nodes per pool (default 2)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the .tex file here (default: standard output)")
+    p = sub.add_parser("verify", help="check a new activation: closed forms, V/C/chi1 three ways, drift, EOC, phases")
+    p.add_argument("formula", help='formula in x, e.g. "x*erf(x)" (or a built-in name)')
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+    p.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (default 0)")
+    p.add_argument("--n-mc", type=int, default=200_000, help="Monte Carlo samples (default 200000)")
+
+
+def cmd_derive(args):
+    from .derive import derive
+    tex = derive(_act(args))
+    if not args.output:
+        sys.stdout.write(tex)
+        return 0
+    try:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(tex)
+    except OSError as err:
+        return _fail(f"cannot write {args.output!r}: {err.strerror or err}")
+    return 0
+
+
+def cmd_verify(args):
+    from .verify import verify
+    report = verify(args.formula, seed=args.seed, n_mc=args.n_mc)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.table())
+    return 0 if report.ok else 1
+
+
+COMMANDS.update(derive=cmd_derive, verify=cmd_verify)
+
+
+def _sweep_parser(sub):
+    from .sweep import add_parser
+    add_parser(sub)
+
+
+def cmd_sweep(args):
+    from .sweep import cli
+    return cli(args)
+
+
+COMMANDS.update(sweep=cmd_sweep)
+
+
+def _bench_parser(sub):
+    from .bench import add_parser
+    add_parser(sub)
+
+
+def cmd_bench(args):
+    from .bench import cli
+    return cli(args)
+
+
+COMMANDS.update(bench=cmd_bench)
 
 
 def main(argv=None):

@@ -23,6 +23,14 @@ rounding, e.g. q1*q2 - q12**2 at c = 1. That Gram determinant (arc-cosine kernel
 as ``_gram_sqrt(q1, q2, q12)``, which also rescales by an exact power of two so that q1*q2
 cannot overflow for q up to ~1e308.
 
+Every generated module has the same tail: the one recursion (:data:`STEP_SOURCE`) and the grid
+kernel (:data:`GRID_SOURCE`), which call ``V(M, q)``, ``C(M, q1, q2, q12)`` and ``in_domain(M, ...)``.
+``M`` is one float64 array: ignored by closed forms (:func:`no_data`), the packed table of
+:mod:`symfield.tables` otherwise (one compiled table module serves every activation, the table is
+data). The recursion step and the closed-form maps are inlined (``inline="always"``: no per-point
+call overhead); the tables' larger V and C stay calls (inlining them made numba's compile of the
+parallel kernel take minutes).
+
 This module never imports numba at import time; only :func:`load` does.
 """
 from __future__ import annotations
@@ -53,50 +61,53 @@ _ATOMS = (sp.Symbol, sp.Number, sp.NumberSymbol, sp.Add, sp.Mul, sp.Pow)
 _SUPPORTED_TEXT = "+, -, *, /, powers, sqrt, pi, E, " + ", ".join(sorted(
     {f.__name__ for f in ALLOWED}))
 
-# One layer of the recursion, written once. The generated module compiles it with numba
-# (scalars, one grid point per call); the NumPy fallback of symfield.propagate executes the
-# same text with vectorised V and C (arrays of grid points). V and C are module globals.
-STEP_SOURCE = '''
+# One layer of the recursion, written once. Generated modules compile it with numba (scalars, one
+# grid point per call); the NumPy fallback of symfield.propagate executes the same text with
+# vectorised V and C (arrays of grid points). V, C and in_domain are module globals; M is the maps'
+# data: unused by closed forms, the table arrays of symfield.tables for maps without one.
+STEP_SOURCE = """
 def first_layer(qa0, qb0, qab0, sw, sb):
-    """Layer l = 1 is linear (MATH.md section 1): q1 = sigma_w2 q0 + sigma_b2."""
+    \"\"\"Layer l = 1 is linear (MATH.md section 1): q1 = sigma_w2 q0 + sigma_b2.\"\"\"
     return sw * qa0 + sb, sw * qb0 + sb, sw * qab0 + sb
 
 
-def layer_step(qa, qb, qab, sw, sb, alpha2, residual, general):
-    """Layer l >= 2 (MATH.md sections 2 and 8).
+def layer_step(qa, qb, qab, sw, sb, alpha2, residual, general, M):
+    \"\"\"Layer l >= 2 (MATH.md sections 2 and 8).
 
     plain:    q' = sigma_w2 V(q) + sigma_b2,              q12' = sigma_w2 C(qa, qb, q12) + sigma_b2
     residual: q' = q + alpha^2 (sigma_w2 V(q) + sigma_b2)  (and likewise for q12)
     With general False the two inputs have equal norm (qb = qa) and V(qb), C's q2 reuse qa.
-    """
-    fa = sw * V(qa) + sb
+    \"\"\"
+    fa = sw * V(M, qa) + sb
     if general:
-        fb = sw * V(qb) + sb
-        fab = sw * C(qa, qb, qab) + sb
+        fb = sw * V(M, qb) + sb
+        fab = sw * C(M, qa, qb, qab) + sb
     else:
         fb = fa
-        fab = sw * C(qa, qa, qab) + sb
+        fab = sw * C(M, qa, qa, qab) + sb
     if residual:
         return qa + alpha2 * fa, qb + alpha2 * fb, qab + alpha2 * fab
     return fa, fb, fab
-'''
+"""
 
-_GRID_SOURCE = '''
+GRID_SOURCE = """
 BLOCK = 16
 
 
 @njit(parallel=True, **_OPTS)
-def recurse(sw, sb, qa0, qb0, qab0, depth, store, alpha2, residual, general,
-            out_qa, out_qb, out_qab, status):
-    """All layers at every grid point (parallel over blocks of points); rows of out_* at layers `store`.
+def recurse(sw, sb, qa0, qb0, qab0, depth, store, alpha2, residual, general, M,
+            start, st_qa, st_qb, st_qab, out_qa, out_qb, out_qab, status):
+    \"\"\"All layers at every grid point (parallel over blocks of points); rows of out_* at layers `store`.
 
-    Points are advanced BLOCK at a time, layer by layer: the points of a block are
-    independent, so their map evaluations overlap in the CPU (a single point's layers form a
-    serial dependency chain). out_qb is written only when general (it may be a (0, 0)
-    placeholder otherwise). A point whose q, qb or q12 goes non-finite gets status 1 and
-    stops; the failing layer's value is stored as is, its later stored rows are NaN. The
-    other points are unaffected. out_* arrive uninitialised: every entry is written.
-    """
+    Point i starts at layer start[i] (1: from the inputs qa0, qb0, qab0; > 1: from the state st_*[i]
+    of layer start[i] - 1; 0: skipped, nothing written). Points are advanced BLOCK at a time, layer
+    by layer: the points of a block are independent, so their map evaluations overlap in the CPU.
+    status[i] on return: 0 done; 1 q, qb or q12 went non-finite (that layer's value is stored as is,
+    later stored rows are NaN); 2 the state left the maps' domain (in_domain False, e.g. outside a
+    table): start[i], st_*[i] then hold the layer to continue from and the state before it, and
+    rows from that layer on are NaN until a continuation fills them. Rows of layers before start[i]
+    are never touched. out_qb is written only when general (else a (0, 0) placeholder).
+    \"\"\"
     n = sw.shape[0]
     nstore = store.shape[0]
     for blk in prange((n + BLOCK - 1) // BLOCK):
@@ -105,39 +116,82 @@ def recurse(sw, sb, qa0, qb0, qab0, depth, store, alpha2, residual, general,
         qa = np.empty(BLOCK)
         qb = np.empty(BLOCK)
         qab = np.empty(BLOCK)
-        live = np.ones(BLOCK, dtype=np.bool_)
-        nlive = m
+        first = np.zeros(BLOCK, dtype=np.int64)
+        live = np.zeros(BLOCK, dtype=np.bool_)
+        nlive = 0
+        lmin = depth + 1
+        for j in range(m):
+            s = start[i0 + j]
+            if s > 0:
+                first[j] = s
+                live[j] = True
+                nlive += 1
+                lmin = min(lmin, s)
+                qa[j] = st_qa[i0 + j]
+                qb[j] = st_qb[i0 + j]
+                qab[j] = st_qab[i0 + j]
         k = 0
-        for l in range(1, depth + 1):
+        while k < nstore and store[k] < lmin:
+            k += 1
+        for l in range(lmin, depth + 1):
             if nlive == 0:
                 break
             for j in range(m):
-                if live[j]:
+                if live[j] and l >= first[j]:
                     if l == 1:
                         qa[j], qb[j], qab[j] = first_layer(qa0, qb0, qab0, sw[i0 + j], sb[i0 + j])
-                    else:
+                    elif in_domain(M, qa[j], qb[j], qab[j]):
                         qa[j], qb[j], qab[j] = layer_step(qa[j], qb[j], qab[j], sw[i0 + j], sb[i0 + j],
-                                                          alpha2, residual, general)
+                                                          alpha2, residual, general, M)
+                    else:
+                        live[j] = False
+                        nlive -= 1
+                        status[i0 + j] = 2
+                        start[i0 + j] = l
+                        st_qa[i0 + j] = qa[j]
+                        st_qb[i0 + j] = qb[j]
+                        st_qab[i0 + j] = qab[j]
             if k < nstore and store[k] == l:
                 for j in range(m):
-                    out_qa[k, i0 + j] = qa[j] if live[j] else math.nan
-                    out_qab[k, i0 + j] = qab[j] if live[j] else math.nan
-                    if general:
-                        out_qb[k, i0 + j] = qb[j] if live[j] else math.nan
+                    if first[j] > 0 and l >= first[j]:
+                        out_qa[k, i0 + j] = qa[j] if live[j] else math.nan
+                        out_qab[k, i0 + j] = qab[j] if live[j] else math.nan
+                        if general:
+                            out_qb[k, i0 + j] = qb[j] if live[j] else math.nan
                 k += 1
             for j in range(m):
-                if live[j] and not (math.isfinite(qa[j]) and math.isfinite(qb[j]) and math.isfinite(qab[j])):
+                if live[j] and l >= first[j] and not (
+                        math.isfinite(qa[j]) and math.isfinite(qb[j]) and math.isfinite(qab[j])):
                     live[j] = False
                     nlive -= 1
+                    status[i0 + j] = 1
         for kk in range(k, nstore):
             for j in range(m):
-                out_qa[kk, i0 + j] = math.nan
-                out_qab[kk, i0 + j] = math.nan
-                if general:
-                    out_qb[kk, i0 + j] = math.nan
+                if first[j] > 0 and store[kk] >= first[j]:
+                    out_qa[kk, i0 + j] = math.nan
+                    out_qab[kk, i0 + j] = math.nan
+                    if general:
+                        out_qb[kk, i0 + j] = math.nan
         for j in range(m):
-            status[i0 + j] = 0 if live[j] else 1
-'''
+            if live[j]:
+                status[i0 + j] = 0
+"""
+
+# The tail of every generated module: the recursion and the grid kernel, compiled by numba.
+_RECURSION_SOURCE = STEP_SOURCE + """
+
+first_layer = njit(inline="always", **_OPTS)(first_layer)
+layer_step = njit(inline="always", **_OPTS)(layer_step)
+
+""" + GRID_SOURCE
+
+_PRELUDE = """import math
+
+import numpy as np
+from numba import njit, prange
+
+_OPTS = dict(cache=True, fastmath=False, error_model="numpy")
+"""
 
 
 _GRAM = Q1 * Q2 - Q12**2
@@ -255,31 +309,39 @@ def module_source(name: str, V: sp.Expr, C: sp.Expr) -> str:
         f"# V(q)           = {sp.sstr(V)}",
         f"# C(q1, q2, q12) = {sp.sstr(C)}",
     ])
-    return f'''{header}
-import math
-
-import numpy as np
-from numba import njit, prange
-
-_OPTS = dict(cache=True, fastmath=False, error_model="numpy")
-
+    return f"""{header}
+{_PRELUDE}
 {_HELPER_SOURCE}
 
-@njit(**_OPTS)
-def V(q):
+@njit(inline="always", **_OPTS)
+def V(M, q):
     return {v_code}
 
 
-@njit(**_OPTS)
-def C(q1, q2, q12):
+@njit(inline="always", **_OPTS)
+def C(M, q1, q2, q12):
     return {c_code}
 
-{STEP_SOURCE}
 
-first_layer = njit(**_OPTS)(first_layer)
-layer_step = njit(**_OPTS)(layer_step)
+@njit(inline="always", **_OPTS)
+def in_domain(M, qa, qb, qab):
+    return True
 
-{_GRID_SOURCE}'''
+{_RECURSION_SOURCE}"""
+
+
+def table_module_source(maps_source: str) -> str:
+    """A generated module whose V, C, in_domain read their data M (symfield.tables) at run time."""
+    header = "\n".join([
+        "# Generated by symfield.codegen: table-interpolated maps (symfield.tables) + the recursion.",
+        "# Do not edit: the file is keyed by a hash of its content.",
+        f"# versions: {_versions()}",
+    ])
+    return f"""{header}
+{_PRELUDE}
+{_HELPER_SOURCE}
+{maps_source}
+{_RECURSION_SOURCE}"""
 
 
 def cache_dir() -> Path:
@@ -290,11 +352,10 @@ def cache_dir() -> Path:
     return Path(xdg) / "symfield" / "codegen"
 
 
-def write(name: str, V: sp.Expr, C: sp.Expr) -> Path:
-    """Generate (if absent) the module for these maps; returns its path. Never rewrites a file."""
-    src = module_source(name, V, C)
+def write_source(slug: str, src: str) -> Path:
+    """Write ``src`` as cache_dir()/sf_<slug>_<hash>.py (if absent, atomically); returns the path."""
     digest = hashlib.sha256(src.encode()).hexdigest()[:20]
-    slug = re.sub(r"[^0-9A-Za-z]+", "_", name).strip("_")[:40] or "act"
+    slug = re.sub(r"[^0-9A-Za-z]+", "_", slug).strip("_")[:40] or "act"
     directory = cache_dir()
     path = directory / f"sf_{slug}_{digest}.py"
     if path.exists():
@@ -310,6 +371,11 @@ def write(name: str, V: sp.Expr, C: sp.Expr) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+def write(name: str, V: sp.Expr, C: sp.Expr) -> Path:
+    """Generate (if absent) the module for these maps; returns its path. Never rewrites a file."""
+    return write_source(name, module_source(name, V, C))
 
 
 _LOADED: dict = {}   # path -> module
@@ -335,7 +401,8 @@ def load_path(path: Path):
 
 
 def load(K):
-    """The compiled module (V, C, layer_step, recurse) of a closed-form Kernel ``K``.
+    """The compiled module (V(M, q), C(M, q1, q2, q12), layer_step, recurse) of a closed-form Kernel ``K``
+    (M is ignored; pass :func:`no_data`).
 
     Raises NotImplementedError (before importing numba) when a map is not printable.
     """
@@ -343,3 +410,9 @@ def load(K):
     if key not in _PATHS:
         _PATHS[key] = write(*key)
     return load_path(_PATHS[key])
+
+
+def no_data():
+    """The M argument of closed-form modules (ignored; one fixed type keeps one compiled signature)."""
+    import numpy as np
+    return np.zeros(1)

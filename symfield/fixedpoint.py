@@ -58,6 +58,21 @@ def _limit_q(K, qs):
 _DEGREE_ONE = {}
 
 
+_ZERO_AT_ZERO = {}
+
+
+def _zero_at_zero(K):
+    """V(0+) = 0, i.e. psi(0) = 0: q = 0 solves the variance fixed-point equation at sigma_b2 = 0."""
+    if K not in _ZERO_AT_ZERO:
+        import sympy as sp
+        if K.V.has(sp.Integral):
+            v0 = float(evaluate(K.V, (Q,), (1e-30,), K.kinks))
+            _ZERO_AT_ZERO[K] = abs(v0) < 1e-20
+        else:
+            _ZERO_AT_ZERO[K] = sp.limit(K.V, Q, 0, "+") == 0
+    return _ZERO_AT_ZERO[K]
+
+
 _CHI1_CONSTANT = {}
 
 
@@ -79,15 +94,33 @@ def _degree_one(K):
 
 
 class _Maps:
-    """float64 maps of one kernel, vectorised over arrays: V(q), dpsi2(q), C(q, c) = C(q, q, c q)."""
+    """float64 maps of one kernel, vectorised over arrays: V(q), dpsi2(q), C(q, c) = C(q, q, c q).
+
+    Closed forms are lambdified. Integral-form V and dpsi2 use certified Chebyshev tables in
+    log q (:mod:`symfield.table1d`, ~1e-15); integral-form C uses the certified (q, theta) tables
+    of :mod:`symfield.tables` where they cover the point, else the quadrature."""
 
     def __init__(self, K):
+        import sympy as sp
+
         from .gaussian import q1 as Q1, q2 as Q2, q12 as Q12
         from .numeric import evaluator
+        from .table1d import Table1D
         self.K = K
         self._V = evaluator(K.V, (Q,), K.kinks)
         self._d = evaluator(K.dpsi2, (Q,), K.kinks)
         self._C = evaluator(K.C, (Q1, Q2, Q12), K.kinks)
+        if K.V.has(sp.Integral):
+            self._V = Table1D(self._V)
+        if K.dpsi2.has(sp.Integral):
+            self._d = Table1D(self._d)
+        self._T = None
+        if K.C.has(sp.Integral):
+            from . import tables
+            try:
+                self._T, self._mod = tables.table(K), tables.load_module()
+            except (NotImplementedError, tables.TableError):
+                self._T = None
 
     def V(self, q):
         return self._V(np.asarray(q, float))
@@ -96,8 +129,24 @@ class _Maps:
         return self._d(np.asarray(q, float))
 
     def C(self, q, c):
-        q = np.asarray(q, float)
-        return self._C(q, q, np.asarray(c, float) * q)
+        q, c = np.broadcast_arrays(np.asarray(q, float), np.asarray(c, float))
+        if self._T is None:
+            return self._C(q, q, c * q)
+        from . import tables
+        qf, cf = q.ravel(), c.ravel()
+        out = np.full(qf.shape, np.nan)
+        ok = (qf >= 0) & (qf < 2.0 ** tables.Q_CAP_EXP * 0.99)
+        if ok.any():
+            try:
+                if self._T.kind != "homogeneous":
+                    self._T.ensure(float(qf[ok].min()), float(qf[ok].max()))
+                out[ok] = self._mod.C_many(self._T.arrays(), qf[ok], qf[ok], cf[ok] * qf[ok])
+            except tables.TableError:
+                pass
+        bad = np.isnan(out)
+        if bad.any():
+            out[bad] = self._C(qf[bad], qf[bad], cf[bad] * qf[bad])
+        return out.reshape(q.shape)
 
 
 _MAPS = {}
@@ -185,7 +234,7 @@ def _eoc_scalar(K, sb, dps):
     """Eliminate sigma_w2 (MATH.md section 2): solve h(q) = V(q)/dpsi2(q) + sigma_b2 - q = 0,
     then sigma_w2 = 1/dpsi2(q*). sigma_b2 = 0: q* = 0 and sigma_w2 = 1/dpsi2(0+) exactly."""
     import sympy as sp
-    if sb == 0:
+    if sb == 0 and _zero_at_zero(K):  # q* = 0 is then a fixed point of the variance map
         if not K.dpsi2.has(sp.Integral):   # exact limit of the closed form
             d0 = sp.limit(K.dpsi2, Q, 0, "+")
             if not d0.is_positive:

@@ -21,8 +21,13 @@ Closed forms (method names say which):
 Otherwise the defining integral is kept as an unevaluated Integral of kind ("max1", k, f),
 ("max2", k, f, g) or ("argmax2", k, f, g), evaluated by quadrature.max_expect1 / max_expect2.
 
-Non-monotone phi: no reduction; the 2k-dimensional definition is kept (kinds ("full1", k, Psi)
-and ("full2", k, Psi, Psi) over y1..yk); numerics exist for k = 2 only (quadrature.full_expect*).
+Non-monotone phi (``generalised order statistics``, symfield/levelsets.py): max_j phi(u_j) = phi(u_A) with
+A the argmax node.  With F_Y(y; q) = P(phi(sqrt(q) z) <= y), measured on the sublevel set {phi <= y}
+(a union of intervals, one per monotone piece of phi), u_A has density k F_Y(phi(u))^(k-1) n_q(u), and
+the pair (u_A, v_B) of two inputs has density k H^(k-1) rho + k(k-1) H^(k-2) P1 P2 n n
+(H(a, b) = P(phi(u) <= a, phi(v) <= b), P1, P2 the conditional probabilities of the other node of each
+pair).  For monotone phi these are the order-statistic formulas above.  Kinds ("full1", k, f, phi) and
+("full2", k, f, g, phi, argmax_only); numbers from levelsets.argmax_expect1/2 (float64; dps= for 1-D maps).
 """
 from __future__ import annotations
 
@@ -126,41 +131,42 @@ def max_kernel(single: Kernel, act) -> Kernel:
                   kinks=single.kinks, base=single)
 
 
-# ---------------------------------------------------------------- non-monotone: 2k-dimensional
-def full_integral1(Psi, k):
-    """E[Psi(sqrt(q) z_1, ..., sqrt(q) z_k)], z i.i.d. N(0, 1), Psi in the symbols y1..yk."""
-    ys, zs = _ys(k), sp.symbols(f"z1:{k + 1}", real=True)
-    body = Psi.subs({y: sp.sqrt(q) * zz for y, zz in zip(ys, zs)}) * sp.Mul(*[G.normal_pdf(zz) for zz in zs])
-    I = sp.Integral(body, *[(zz, -sp.oo, sp.oo) for zz in zs])
-    G.INTEGRANDS[I] = ("full1", k, Psi)
+# ---------------------------------------------------------------- non-monotone: level sets
+LEVELSET_METHOD = "generalised order statistics of phi's level sets (phi not monotone)"
+
+
+def argmax_integral1(f, phi, k):
+    """E[f(u_A)] = k int f(sqrt(q) m) F_Y(phi(sqrt(q) m); q)^(k-1) n(m) dm, u_A the argmax node,
+    F_Y(y; q) = P(phi(sqrt(q) z) <= y) (levelsets.py)."""
+    f, phi = sp.sympify(f), sp.sympify(phi)
+    u = sp.sqrt(q) * _m
+    FY = sp.Function("F_Y")(phi.subs(x, u), q)
+    I = sp.Integral(f.subs(x, u) * k * FY ** (k - 1) * G.normal_pdf(_m), (_m, -sp.oo, sp.oo))
+    G.INTEGRANDS[I] = ("full1", k, f, phi)
     return I
 
 
-def full_integral2(Psi, Phi, k):
-    """E[Psi(u) Phi(v)] over the k i.i.d. pairs (u_j, v_j) (2k-dimensional)."""
-    ys, us, vs = _ys(k), sp.symbols(f"u1:{k + 1}", real=True), sp.symbols(f"v1:{k + 1}", real=True)
-    dens = sp.Function("rho_pairs")(*us, *vs, q1, q2, q12)
-    body = Psi.subs(dict(zip(ys, us))) * Phi.subs(dict(zip(ys, vs))) * dens
-    I = sp.Integral(body, *[(w, -sp.oo, sp.oo) for w in us + vs])
-    G.INTEGRANDS[I] = ("full2", k, Psi, Phi)
+def argmax_integral2(f, g, phi, k, argmax_only=False):
+    """E[f(u_A) g(v_B)] against the density of the argmax pair, g_k^phi (argmax_only: its A = B part)."""
+    f, g, phi = sp.sympify(f), sp.sympify(g), sp.sympify(phi)
+    dens = sp.Function(f"a_{k}^phi" if argmax_only else f"h_{k}^phi")(_s, _t, q1, q2, q12)
+    I = sp.Integral(f.subs(x, sp.sqrt(q1) * _s) * g.subs(x, sp.sqrt(q2) * _t) * dens,
+                    (_s, -sp.oo, sp.oo), (_t, -sp.oo, sp.oo))
+    G.INTEGRANDS[I] = ("full2", k, f, g, phi, argmax_only)
     return I
-
-
-def _ys(k):
-    return sp.symbols(f"y1:{k + 1}", real=True)
 
 
 def _full_kernel(single: Kernel, act) -> Kernel:
-    """Non-monotone phi: every map as its 2k-dimensional defining integral (declared as such).
-    d psi/d y_j = phi'(y_j) [j is the argmax], so sum_j d_j psi(u) d_j psi(v) = k-fold symmetric."""
+    """Non-monotone phi: the argmax node u_A (density k F_Y(phi(u))^(k-1) n(u)) and the argmax pair
+    (u_A, v_B) (density k H^(k-1) rho + k(k-1) H^(k-2) P1 P2 n n, see levelsets.py) replace the
+    order statistics; psi = phi(u_A), and d psi/d u_j = phi'(u_j) [j = A]."""
     phi, k = single.act.expr, act.k
-    ys = _ys(k)
-    vals = [phi.subs(x, y) for y in ys]
-    psi = sp.Max(*vals)
-    arg1 = sp.diff(phi, x).subs(x, ys[0]) * sp.Mul(*[sp.Heaviside(vals[0] - v, sp.Rational(1, 2)) for v in vals[1:]])
-    dV = sum(y * sp.diff(psi**2, y) for y in ys) / (2 * q)
-    res = dict(V=full_integral1(psi**2, k), mean=full_integral1(psi, k), dpsi2=k * full_integral1(arg1**2, k),
-               C=full_integral2(psi, psi, k), dC=k * full_integral2(arg1, arg1, k),
-               dV=full_integral1(dV * 2 * q, k) / (2 * q))
-    how = f"{2 * k}-dimensional integral (phi not monotone: no order-statistic reduction)"
-    return Kernel(act, *(res[n] for n in MAPS), methods={n: how for n in MAPS}, kinks=single.kinks, base=single)
+    d1 = sp.diff(phi, x)
+    res = dict(V=argmax_integral1(phi**2, phi, k), mean=argmax_integral1(phi, phi, k),
+               dpsi2=argmax_integral1(d1**2, phi, k), dV=argmax_integral1(sp.expand(x * phi * d1), phi, k) / q,
+               C=argmax_integral2(phi, phi, phi, k), dC=argmax_integral2(d1, d1, phi, k, argmax_only=True))
+    how = {n: f"{LEVELSET_METHOD}: density k F_Y(phi(u))^(k-1) n(u) of the argmax node" for n in ("V", "mean", "dpsi2")}
+    how["dV"] = f"{LEVELSET_METHOD}: E[u_A phi phi'(u_A)]/q"
+    how["C"] = f"{LEVELSET_METHOD}: argmax-pair density k H^(k-1) rho + k(k-1) H^(k-2) P1 P2 n n"
+    how["dC"] = f"{LEVELSET_METHOD}: argmax term k H^(k-1) rho"
+    return Kernel(act, *(res[n] for n in MAPS), methods=how, kinks=single.kinks, base=single)

@@ -428,70 +428,111 @@ def _minmax_f64(f, g, s1, s2, k, kinks, argmax_only):
     return float(out)
 
 
-# ---------------------------------------------------------------- non-monotone max-pool, k = 2
-_FL, _FN = 8.0, 6        # [-8, 8], unit panels, 6 Gauss-Legendre nodes each (96 nodes per axis)
+# ---------------------------------------------------------------- non-monotone max-pool (level sets)
+# Generalised order statistics (symfield/levelsets.py): the argmax node u_A has density
+# k F_q(phi(u))^(k-1) n_q(u), F_q(y) = P(u in {phi <= y}); the argmax pair (u_A, v_B) has density
+# k H^(k-1) rho + k(k-1) H^(k-2) P1 P2 n n.  Entries: ("full1", k, f, phi), ("full2", k, f, g, phi, argmax_only).
+def _flat_values(phi, kinks):
+    """Values of phi on the intervals (between kinks) where phi' vanishes identically (mpmath, 30 digits)."""
+    import sympy as sp
+    from .formula import X as x
+    kk = sorted(float(k) for k in kinks)
+    if not kk:
+        return []
+    d1 = sp.lambdify(x, sp.diff(phi, x), modules="mpmath")
+    f0 = sp.lambdify(x, phi, modules="mpmath")
+    spans = [(kk[0] - 3.1, kk[0])] + list(zip(kk[:-1], kk[1:])) + [(kk[-1], kk[-1] + 3.1)]
+    out = []
+    with mpmath.workdps(30):
+        for a, b in spans:
+            pts = [mpmath.mpf(a) + (mpmath.mpf(b) - a) * t for t in (mpmath.mpf("0.31"), mpmath.mpf("0.5"), mpmath.mpf("0.73"))]
+            if all(mpmath.mpmathify(d1(t)) == 0 for t in pts):
+                out.append((a, b, float(mpmath.mpmathify(f0(pts[1])))))
+    return out
 
 
-def _axis_rule(pts=()):
-    """z-nodes and N(0, 1) weights on [-8, 8]: unit panels plus the given breakpoints."""
-    zb = sorted({float(j) for j in range(-8, 9)} | {p for p in pts if -_FL < p < _FL})
-    T, W = np.polynomial.legendre.leggauss(_FN)
-    a, b = np.asarray(zb[:-1])[:, None], np.asarray(zb[1:])[:, None]
-    z = (a + 0.5 * (b - a) * (1 + T)).ravel()
-    return z, (0.5 * (b - a) * W).ravel() * np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+def _levels_pool(entry, kinks, dps, vectorise, numpy_modules):
+    """Numeric callable for the level-set (non-monotone max-pool) integrals."""
+    import sympy as sp
+    from . import levelsets as LS
+    from .formula import X as x
+    kind, k = entry[0], entry[1]
+    phi = entry[4] if kind == "full2" else entry[3]
+    flats = _flat_values(phi, kinks)
+    y0 = 0.0
+    if flats:
+        vals = sorted({v for *_, v in flats})
+        if len(vals) > 1:
+            raise NotImplementedError(f"max-pool of an activation that is constant at several different values "
+                                      f"({', '.join(f'{v:g}' for v in vals)}) on intervals is not supported: ties "
+                                      f"between nodes have positive probability there.")
+        y0 = vals[0]
+    pt = phi - sp.nsimplify(y0) if y0 else phi   # max_j phi = y0 + max_j (phi - y0); phi - y0 vanishes on the flats
+    key = sp.srepr(pt)
+    ph, dph = vectorise(pt, numpy_modules), vectorise(sp.diff(pt, x), numpy_modules)
 
+    def lv(s):
+        return LS.levels(key, ph, dph, kinks, s)
 
-def full_expect1(Psi, q, k, kinks=()):
-    """E[Psi(sqrt(q) z1, sqrt(q) z2)] (k = 2) by a tensor rule (96^2 nodes); Psi(y1, y2) vectorised.
-    The kinks of max(phi(y1), phi(y2)) along phi(y1) = phi(y2) are not aligned with the grid:
-    the error is not controlled (measured ~1e-6 relative for abs, cos; see tests/test_pool.py)."""
-    if k != 2:
-        raise NotImplementedError(f"max-pool of a non-monotone activation is implemented for k = 2 only (got k = {k}): "
-                                  f"the {k}-dimensional integral has no deterministic rule here.")
-    s = math.sqrt(float(q))
-    z, w = _axis_rule([x / s for x in kinks])
-    y1, y2 = np.meshgrid(s * z, s * z, indexing="ij")
-    return float(np.sum(np.outer(w, w) * np.broadcast_to(Psi(y1, y2), y1.shape)))
+    def lower(f):
+        """f as a polynomial in phi (c0 + c1 (phi - y0) + c2 (phi - y0)^2) when it does not vanish on the flats."""
+        if not y0:
+            return None
+        Y = sp.Symbol("Y")
+        g = sp.expand(sp.sympify(f).subs(phi, Y + sp.nsimplify(y0)))
+        if g.has(x) or not g.is_polynomial(Y):
+            if any(abs(float(sp.sympify(f).subs(x, (a + b) / 2))) > 0 for a, b, _ in flats):
+                raise NotImplementedError("max-pool of an activation with a flat piece: this integrand does not "
+                                          "vanish on the flat piece (ties between nodes).")
+            return None
+        return [float(c) for c in reversed(sp.Poly(g, Y).all_coeffs())]
 
+    if kind == "full1":
+        f = entry[2]
+        coef = lower(f)
+        if dps is not None:
+            fm, pm, dm = (vectorise(e, "mpmath") for e in (f, pt, sp.diff(pt, x)))
+            if coef is not None:
+                raise NotImplementedError("dps= is not available for max-pool of an activation with a flat piece at a "
+                                          "nonzero value.")
 
-def full_expect2(Psi, Phi, q1, q2, q12, k, kinks=()):
-    """E[Psi(u1, u2) Phi(v1, v2)] over two i.i.d. pairs (k = 2): the 4-D integral as a product of two
-    pair rules (u = sqrt(q1) z1, v = c' u + s_c z2; 96^2 nodes each), ~8.5e7 evaluations in chunks.
-    Error not controlled (kinks not aligned); measured against Monte Carlo in the tests."""
-    if k != 2:
-        raise NotImplementedError(f"max-pool of a non-monotone activation is implemented for k = 2 only (got k = {k}): "
-                                  f"the {2 * k}-dimensional covariance integral has no deterministic rule here.")
-    q1, q2, q12 = float(q1), float(q2), float(q12)
-    s1 = math.sqrt(q1)
-    cp, sc = _cond(q1, q2, q12)
-    z1, w1 = _axis_rule([x / s1 for x in kinks])
-    if sc < 1e-300:
-        u, v, w = s1 * z1, cp * s1 * z1, w1
-    else:
-        z2, w2 = _axis_rule()
-        u = np.repeat(s1 * z1, z2.size)
-        v = cp * u + sc * np.tile(z2, z1.size)
-        w = np.outer(w1, w2).ravel()
-    total, step = 0.0, max(1, _CHUNK // u.size)
-    for i in range(0, u.size, step):
-        a, b = u[i:i + step, None], v[i:i + step, None]
-        total += float(np.sum(w[i:i + step, None] * w[None, :] * Psi(a, u[None, :]) * Phi(b, v[None, :])))
-    return total
+            def run_mp(qv):
+                with mpmath.workdps(dps + GUARD):
+                    return LS.argmax_expect1_mp(fm, pm, dm, qv, k, lv(math.sqrt(float(qv))), dps)
+            return run_mp
+        fs = [vectorise(pt**m, numpy_modules) for m in range(len(coef))] if coef else [vectorise(f, numpy_modules)]
+
+        def one(qv):
+            L = lv(math.sqrt(qv))
+            if coef is None:
+                return LS.argmax_expect1(fs[0], qv, k, L)
+            return coef[0] + sum(c * LS.argmax_expect1(fs[m], qv, k, L) for m, c in enumerate(coef) if m and c)
+        return lambda qv: _vec(one, (qv,), None)
+    if dps is not None:
+        raise NotImplementedError("dps= is not available for the max-pool covariance maps of a non-monotone activation "
+                                  "(level-set quadrature, float64 only).")
+    f, g, argmax_only = entry[2], entry[3], entry[5]
+    cf, cg = lower(f), lower(g)
+    if cf is not None or cg is not None:
+        if not (cf == [y0, 1.0] and cg == [y0, 1.0]):
+            raise NotImplementedError("max-pool of an activation with a flat piece: covariance integrand not supported.")
+        f = g = pt
+    fv, gv = vectorise(f, numpy_modules), vectorise(g, numpy_modules)
+
+    def two(a, b, c):
+        L = lv(math.sqrt(max(a, b)))
+        val = LS.argmax_expect2(fv, gv, a, b, c, k, L, argmax_only)
+        if cf is not None:
+            val += y0 * (LS.argmax_expect1(fv, a, k, L) + LS.argmax_expect1(fv, b, k, L)) + y0 * y0
+        return val
+    return lambda a, b, c: _vec(two, (a, b, c), None)
 
 
 def pool_impl(entry, kinks, dps, vectorise, numpy_modules):
     """Numeric callable for a registered pool integral (kinds max1, max2, argmax2, full1, full2)."""
-    import sympy as sp
     kind, k = entry[0], entry[1]
     if kind in ("full1", "full2"):
-        if dps is not None:
-            raise NotImplementedError("dps= is not available for max-pool of a non-monotone activation "
-                                      "(2k-dimensional integral, float64 tensor rule only).")
-        ys = sp.symbols(f"y1:{k + 1}", real=True)
-        fs = [sp.lambdify(ys, e, modules=numpy_modules) for e in entry[2:]]
-        if kind == "full1":
-            return lambda qv: _vec(lambda a: full_expect1(fs[0], a, k, kinks), (qv,), None)
-        return lambda a, b, c: _vec(lambda x1, x2, x3: full_expect2(fs[0], fs[1], x1, x2, x3, k, kinks), (a, b, c), None)
+        return _levels_pool(entry, kinks, dps, vectorise, numpy_modules)
     if kind == "max1":
         f = vectorise(entry[2], numpy_modules if dps is None else "mpmath")
         if dps is not None:

@@ -86,7 +86,7 @@ def test_generated_general_norms_matches_mpmath():
 def test_tanh_fallback_variance_matches_mpmath():
     """tanh has no closed form: NumPy recursion with quadrature maps. q layers vs mpmath dps 30."""
     depth = 4
-    r = sf.propagate("tanh", SW[[0, 3], None], SB[None, [0, 2]], depth)
+    r = sf.propagate("tanh", SW[[0, 3], None], SB[None, [0, 2]], depth, method="quadrature")
     assert r.method == "numpy-quadrature"
     ref = mp_recursion("tanh", SW[3], SB[2], depth, with_qab=False)
     for layer, (qa, _, _) in enumerate(ref, start=1):
@@ -98,7 +98,7 @@ def test_tanh_fallback_variance_matches_mpmath():
 @pytest.mark.slow
 def test_tanh_fallback_covariance_matches_mpmath():
     """q12 layers vs mpmath (a 2-D mpmath quadrature per call: dps 15, one point, 3 layers)."""
-    r = sf.propagate("tanh", 3.0, 0.3, 3)
+    r = sf.propagate("tanh", 3.0, 0.3, 3, method="quadrature")
     ref = mp_recursion("tanh", 3.0, 0.3, 3, dps=15)
     for layer, (qa, _, qab) in enumerate(ref, start=1):
         assert abs(r.q[layer - 1] - qa) <= TOL["quad_float64"] * qa
@@ -149,19 +149,20 @@ def test_layers_storage_and_status():
 def test_clamped_gram_determinant():
     """q1 q2 - q12^2 rounding below 0 at c = 1 must not produce NaN in generated code."""
     mod = codegen.load(sf.kernel("relu"))
+    M = codegen.no_data()
     rng = np.random.default_rng(0)
     for a, b in rng.uniform(0.01, 100, size=(200, 2)):
         c12 = math.sqrt(a * b)
         for v in (c12, math.nextafter(c12, 0), math.nextafter(c12, math.inf)):
-            out = mod.C(a, b, v)
+            out = mod.C(M, a, b, v)
             assert math.isfinite(out) and abs(out - c12 / 2) <= 1e-7 * c12
-    assert mod.C(2.0, 2.0, 2.0) == mod.V(2.0)
+    assert mod.C(M, 2.0, 2.0, 2.0) == mod.V(M, 2.0)
     src = Path(codegen.write("relu", sf.kernel("relu").V, sf.kernel("relu").C)).read_text()
     assert "_gram_sqrt(q1, q2, q12)" in src and "math.sqrt(max(q1 * q2 - q12 * q12, 0.0))" in src
     # large q: q1*q2 would overflow float64, the scaled form does not
     for a in (1e160, 3e200, 1e300):
-        assert mod.V(a) == a / 2 and abs(mod.C(a, a, a) / mod.V(a) - 1) <= 4e-16
-        assert abs(mod.C(a, 2 * a, 0.5 * a) / a - float(sf.C("relu", 1, 2, 0.5, dps=20))) < 1e-14
+        assert mod.V(M, a) == a / 2 and abs(mod.C(M, a, a, a) / mod.V(M, a) - 1) <= 4e-16
+        assert abs(mod.C(M, a, 2 * a, 0.5 * a) / a - float(sf.C("relu", 1, 2, 0.5, dps=20))) < 1e-14
 
 
 def test_allow_list_names_the_function():
@@ -215,6 +216,8 @@ BAD = [
     (dict(layers=[0, 3]), ValueError, r"'layers' parameter of propagate must be a list of layer indices in 1\.\.depth"),
     (dict(layers=[11]), ValueError, r"'layers' parameter"),
     (dict(residual=-1.0), ValueError, r"'residual' parameter of propagate must be a finite float >= 0"),
+    (dict(method="fast"), ValueError, r"'method' parameter of propagate must be one of \('auto', 'table', 'quadrature'\)\. Got 'fast'"),
+    (dict(method=1), TypeError, r"'method' parameter of propagate must be one of"),
 ]
 
 

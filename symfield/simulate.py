@@ -1,0 +1,637 @@
+"""Finite-width Monte Carlo networks at initialisation (float64, NumPy only, seeded).
+
+Network (MATH.md sections 1, 4, 8), width N, inputs x_a (a = 1..P) of dimension d:
+
+    h^(1) = W^(1) x + b^(1)                                   (layer 1 is linear)
+    y^(l) = repeat_k( pool_k( phi(h^(l)) ) )                  (pool of k consecutive nodes, max or mean,
+                                                               each pooled value repeated k times)
+    h^(l+1) = W^(l+1) y^(l) + b^(l+1)                          (plain)
+    h^(l+1) = h^(l) + alpha (W^(l+1) y^(l) + b^(l+1))          (residual=alpha)
+
+with W_ij ~ N(0, sigma_w2/fan_in), b_i ~ N(0, sigma_b2). The residual block gives exactly the
+infinite-width law of ``sf.propagate(..., residual=alpha)``: the increment has fresh zero-mean
+weights, so E[h'_a h'_b] = E[h_a h_b] + alpha^2 (sigma_w2 E[y_a y_b] + sigma_b2).
+
+Inputs (``inputs=``): "orthonormal" (default) -- P rows of a Haar-random orthogonal d x d matrix
+scaled by sqrt(d), d = input_dim >= P (default P), so q^(0)_aa = |x_a|^2/d = 1 and
+q^(0)_ab = 0 EXACTLY; "gaussian" -- x_aj i.i.d. N(0, 1), d = input_dim (default 1000), so
+q^(0) = I only in expectation; or an explicit (P, d) array. The inputs are drawn once and
+shared by all ``n_networks`` networks.
+
+Gram method (default, exact reparametrisation). Given the previous layer's outputs Y (P x N),
+the rows of W and the entries of b are independent of Y, so the P-vectors of pre-activations
+of the N output nodes, h_i = (sum_j W_ij Y_aj + b_i)_a, are i.i.d. over i with law
+
+    h_i ~ N(0, M),   M = (sigma_w2/N) Y Y^T + sigma_b2 1 1^T      (P x P).
+
+Hence H = L Z with L L^T = M (eigendecomposition, negative rounding eigenvalues clipped to 0,
+so it is safe for singular M, e.g. c -> 1) and Z a fresh P x N standard normal matrix has
+EXACTLY the same joint law, layer by layer, as the network with explicit weights -- every
+per-layer statistic below has the same distribution. Cost O(N P^2) time and O(N P) memory
+per layer, no N x N weight matrix. ``method="weights"`` builds the explicit matrices (one
+layer at a time, regenerated from per-layer seeds) and is used to test that claim and for
+gradients (:func:`class_gradients`), which need the weights themselves.
+
+Seeds: ``numpy.random.SeedSequence(seed)`` spawns one child for the inputs/labels and one per
+network; a network's child spawns one seed per layer (weights) or drives one generator (Gram).
+The same seed gives identical arrays; batching networks differently changes results only by
+rounding (BLAS summation order), never the random numbers.
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import mpmath
+import numpy as np
+import sympy as sp
+
+from . import validate as check
+from .activation import Activation, activation
+from .formula import X as x
+
+_F = "simulate"
+QUANTILES = (0.05, 0.5, 0.95)
+PAIR_CAP = 50_000         # at most this many (pair, network) correlations per layer enter the quantiles
+BATCH_ELEMENTS = 1 << 22  # networks are batched so that a batch holds ~4M pre-activations
+
+
+# ---------------------------------------------------------------- activation in numbers
+_NUMPY = [{"Heaviside": lambda a, h=0.5: np.heaviside(a, h)}, "scipy", "numpy"]
+
+
+def _numpy_fn(expr):
+    """Vectorised float64 f(x); entries that overflow in an intermediate are redone in mpmath."""
+    fast = sp.lambdify(x, expr, modules=_NUMPY)
+    exact = sp.lambdify(x, expr, modules="mpmath")
+
+    def f(v):
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            out = np.asarray(fast(v), dtype=float)
+        if out.shape != np.shape(v):
+            out = np.broadcast_to(out, np.shape(v)).copy()
+        bad = ~np.isfinite(out) & np.isfinite(v)
+        if bad.any():
+            with mpmath.workdps(30):
+                out[bad] = [float(mpmath.mpmathify(exact(mpmath.mpf(float(t))))) for t in np.asarray(v)[bad]]
+        return out
+    return f
+
+
+@lru_cache(maxsize=64)
+def _act_fns(act: Activation):
+    return _numpy_fn(act.expr), _numpy_fn(sp.diff(act.expr, x))
+
+
+def _pooled(phi_h, pool, k):
+    """pool_k over consecutive nodes (last axis): shape (..., N) -> (..., N/k)."""
+    if pool is None or k == 1:
+        return phi_h
+    g = phi_h.reshape(phi_h.shape[:-1] + (phi_h.shape[-1] // k, k))
+    return g.max(axis=-1) if pool == "max" else g.mean(axis=-1)
+
+
+def _pool_backward(grad_y, phi_h, dphi_h, pool, k):
+    """dL/dh from dL/dy, y = repeat_k(pool_k(phi(h))): the k copies' gradients add up, then flow
+    through the argmax node (max) or 1/k to each node (avg), times phi'(h)."""
+    if pool is None or k == 1:
+        return grad_y * dphi_h
+    shape = grad_y.shape[:-1] + (grad_y.shape[-1] // k, k)
+    gsum = grad_y.reshape(shape).sum(axis=-1, keepdims=True)
+    if pool == "avg":
+        return (np.broadcast_to(gsum / k, shape) * dphi_h.reshape(shape)).reshape(grad_y.shape)
+    ph = phi_h.reshape(shape)
+    onehot = np.arange(k) == ph.argmax(axis=-1)[..., None]
+    return (onehot * gsum * dphi_h.reshape(shape)).reshape(grad_y.shape)
+
+
+# ---------------------------------------------------------------- BLAS threads
+@lru_cache(maxsize=1)
+def _openblas_controls():
+    """(get, set) num_threads of the OpenBLAS loaded by NumPy (Linux /proc/self/maps), or None."""
+    try:
+        with open("/proc/self/maps") as fh:
+            paths = sorted(set(re.findall(r"(/\S*openblas\S*\.so\S*)", fh.read())))
+    except OSError:
+        return None
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for pre, suf in (("scipy_openblas_", "64_"), ("scipy_openblas_", ""), ("openblas_", "64_"), ("openblas_", "")):
+            get, put = f"{pre}get_num_threads{suf}", f"{pre}set_num_threads{suf}"
+            if hasattr(lib, get) and hasattr(lib, put):
+                getter, setter = getattr(lib, get), getattr(lib, put)
+                getter.restype, setter.argtypes = ctypes.c_int, [ctypes.c_int]
+                return getter, setter
+    return None
+
+
+@contextmanager
+def _blas_threads(n):
+    """Limit BLAS threads to n inside the block (None: leave them alone). threadpoolctl when installed,
+    else OpenBLAS's own get/set_num_threads; a no-op when neither is available."""
+    if n is None:
+        yield
+        return
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        threadpool_limits = None
+    if threadpool_limits is not None:
+        with threadpool_limits(limits=n, user_api="blas"):
+            yield
+        return
+    ctl = _openblas_controls()
+    if ctl is None:
+        yield
+        return
+    old = ctl[0]()
+    ctl[1](n)
+    try:
+        yield
+    finally:
+        ctl[1](old)
+
+
+# ---------------------------------------------------------------- validation and inputs
+def _validate(func, act, width, depth, sigma_w2, sigma_b2, n_inputs, n_networks, seed, residual,
+              inputs, input_dim, method=None):
+    act = activation(act) if not isinstance(act, Activation) else act
+    k = act.k if act.pool is not None else 1
+    width = check.integer(func, "width", width, lo=1)
+    if width % k:
+        check.fail(func, "width", f"a multiple of the pool size k = {k} ({act.name} pools groups of {k} "
+                   f"consecutive nodes)", width)
+    depth = check.integer(func, "depth", depth, lo=1)
+    sw = _scalar(func, "sigma_w2", sigma_w2)
+    sb = _scalar(func, "sigma_b2", sigma_b2)
+    n_networks = check.integer(func, "n_networks", n_networks, lo=1)
+    seed = check.integer(func, "seed", seed, lo=0)
+    alpha = None if residual is None else _scalar(func, "residual", residual)
+    if method is not None and method not in ("gram", "weights"):
+        check.fail(func, "method", "one of 'gram' or 'weights'", method)
+    if isinstance(inputs, str):
+        n_inputs = check.integer(func, "n_inputs", n_inputs, lo=1)
+        if inputs not in ("orthonormal", "gaussian"):
+            check.fail(func, "inputs", "'orthonormal', 'gaussian' or an array of shape (n_inputs, d)", inputs)
+        d_default = n_inputs if inputs == "orthonormal" else 1000
+        d = d_default if input_dim is None else check.integer(func, "input_dim", input_dim, lo=1)
+        if inputs == "orthonormal" and d < n_inputs:
+            check.fail(func, "input_dim", f"an integer >= n_inputs = {n_inputs} (orthonormal inputs need "
+                       f"d >= P)", input_dim)
+    else:
+        arr = np.asarray(inputs, dtype=float) if _is_numeric(inputs) else None
+        if arr is None or arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 1:
+            check.fail(func, "inputs", "'orthonormal', 'gaussian' or a real array of shape (n_inputs, d)",
+                       inputs if arr is None else np.shape(inputs), TypeError if arr is None else ValueError)
+        check.real(func, "inputs", arr)
+        if n_inputs is not None and check.integer(func, "n_inputs", n_inputs, lo=1) != arr.shape[0]:
+            check.fail(func, "n_inputs", f"None or the number of rows of inputs ({arr.shape[0]})", n_inputs)
+        n_inputs, d = arr.shape
+    return act, k, width, depth, sw, sb, n_inputs, n_networks, seed, alpha, d
+
+
+def _is_numeric(v):
+    try:
+        return np.asarray(v).dtype.kind in "iuf"
+    except Exception:
+        return False
+
+
+def _scalar(func, name, value):
+    arr = check.real(func, name, value, lo=0)
+    if arr.ndim != 0:
+        check.fail(func, name, "a scalar (a finite float >= 0)", value, TypeError)
+    return float(arr)
+
+
+def _make_inputs(inputs, n_inputs, d, rng):
+    if not isinstance(inputs, str):
+        return np.array(inputs, dtype=float)
+    if inputs == "gaussian":
+        return rng.standard_normal((n_inputs, d))
+    # Haar-random orthonormal rows (QR of a Gaussian matrix, sign-fixed), scaled to |x|^2 = d
+    A = rng.standard_normal((d, n_inputs))
+    Qm, R = np.linalg.qr(A)
+    Qm *= np.sign(np.diag(R))
+    return np.sqrt(d) * Qm.T
+
+
+def _seeds(seed, n_networks):
+    root = np.random.SeedSequence(seed)
+    data, *nets = root.spawn(n_networks + 1)
+    return data, nets
+
+
+def _psd_sqrt(M):
+    """L with L L^T = M for a stack of symmetric PSD matrices (eigh; rounding negatives -> 0)."""
+    w, U = np.linalg.eigh(M)
+    return U * np.sqrt(np.clip(w, 0.0, None))[..., None, :]
+
+
+def _gram(A):
+    """A A^T for a stack (B, P, n), one 2-D product per item (so BLAS can use syrk)."""
+    return np.stack([a @ a.T for a in A])
+
+
+def _progress(total, progress, desc):
+    show = sys.stderr.isatty() if progress is None else bool(progress)
+    if not show:
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, leave=False)
+
+
+# ---------------------------------------------------------------- results
+@dataclass(frozen=True)
+class PerNetwork:
+    """Per-network statistics, arrays of shape (n_networks, depth)."""
+    q: np.ndarray       # mean_a (1/N) sum_i h_ia^2
+    qab: np.ndarray     # mean_{a<b} (1/N) sum_i h_ia h_ib
+    c: np.ndarray       # mean_{a<b} of qab_ab / sqrt(q_aa q_bb)
+    V: np.ndarray       # mean_i var_a h_ia (ddof 0)
+    Vtilde: np.ndarray  # var_i mean_a h_ia (ddof 0)
+    V_norm: np.ndarray       # V and Vtilde after rescaling each input's pre-activations to the mean norm:
+    Vtilde_norm: np.ndarray  # h_ia -> h_ia sqrt(q/q_aa) (removes the finite-width spread of the norms q_aa)
+    m4: np.ndarray      # mean_{a,i} h_ia^4
+    g1: np.ndarray      # mean_a G_a, G_a = E[h_ia^2 | previous layer] (exact conditional variance)
+    g2: np.ndarray      # mean_a G_a^2
+
+    @property
+    def gamma(self):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.Vtilde / self.V
+
+    @property
+    def gamma_norm(self):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.Vtilde_norm / self.V_norm
+
+    @property
+    def kurtosis(self):
+        """Within-network excess kurtosis m4/q^2 - 3 (about 0: nodes are conditionally Gaussian)."""
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            return self.m4 / self.q**2 - 3
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """Per-layer statistics of finite-width networks; row i is layer i + 1 (row 0: linear layer 1).
+
+    ``q``, ``qab``, ``V``, ``Vtilde`` are means over networks; ``gamma = Vtilde/V``;
+    ``c`` is the mean of c_ab over input pairs a < b and networks, ``c_quantiles`` (3, depth)
+    its 5/50/95% quantiles over the same population. ``gamma_norm`` is gamma after rescaling each
+    input's pre-activations to the mean norm: at finite width the norms q_aa of different inputs
+    drift apart (a 1/N effect), var_a sqrt(q_aa) adds to V, and gamma falls below the
+    infinite-width value where q - qab is tiny (deep chaotic ReLU); gamma_norm removes that part. ``kurtosis`` is the excess kurtosis of
+    the pre-activations over the ensemble, E[h^4]/E[h^2]^2 - 3 (raw moments, E h = 0 exactly),
+    pooled over networks, inputs and nodes; ``kurtosis_cond = 3 E[G^2]/E[G]^2 - 3`` is its
+    Rao-Blackwellised estimate from the exact conditional variances G (plain networks only:
+    h | G ~ N(0, G)); ``q_cond = E[G]``. NaN where undefined (pairs need n_inputs >= 2).
+    """
+    q: np.ndarray
+    qab: np.ndarray
+    c: np.ndarray
+    c_quantiles: np.ndarray
+    V: np.ndarray
+    Vtilde: np.ndarray
+    gamma: np.ndarray
+    kurtosis: np.ndarray
+    gamma_norm: np.ndarray
+    q_cond: np.ndarray
+    kurtosis_cond: np.ndarray
+    networks: PerNetwork = field(repr=False)
+    layers: np.ndarray = field(repr=False)
+    inputs: np.ndarray = field(repr=False)
+    method: str = "gram"
+    params: dict = field(default_factory=dict)
+
+    @property
+    def c05(self):
+        return self.c_quantiles[0]
+
+    @property
+    def c50(self):
+        return self.c_quantiles[1]
+
+    @property
+    def c95(self):
+        return self.c_quantiles[2]
+
+    def save(self, path):
+        """Write every per-layer array and the parameters to an .npz file."""
+        arrays = {n: getattr(self, n) for n in ("layers", "q", "qab", "c", "c_quantiles", "V", "Vtilde",
+                                                "gamma", "kurtosis", "gamma_norm", "q_cond", "kurtosis_cond")}
+        arrays.update({f"net_{n}": getattr(self.networks, n) for n in PerNetwork.__dataclass_fields__})
+        np.savez(path, **arrays, params=np.array(repr(self.params)))
+
+
+def finite_data_gamma(q, qab, n_inputs):
+    """Expected estimators for P = n_inputs inputs of covariance q I + qab (11^T - I) (MATH.md s. 5):
+
+        E[V] = sigma_y2 (1 - 1/P),  E[Vtilde] = sigma_mu2 + sigma_y2/P,   sigma_y2 = q - qab, sigma_mu2 = qab
+
+    (exact for Gaussian nodes, ddof 0); returns (E[V], E[Vtilde], E[Vtilde]/E[V])."""
+    q = check.real("finite_data_gamma", "q", q)
+    qab = check.real("finite_data_gamma", "qab", qab)
+    P = check.integer("finite_data_gamma", "n_inputs", n_inputs, lo=2)
+    sy = q - qab
+    EV, EVt = sy * (1 - 1 / P), qab + sy / P
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return EV, EVt, EVt / EV
+
+
+# ---------------------------------------------------------------- the simulation
+class _Acc:
+    """Per-layer accumulators (per-network rows and pooled pair correlations)."""
+
+    def __init__(self, n_networks, depth, n_pairs, pair_idx):
+        self.rows = {n: np.full((n_networks, depth), np.nan) for n in PerNetwork.__dataclass_fields__}
+        self.cvals = [[] for _ in range(depth)]
+        self.pair_idx = pair_idx
+
+    def add(self, layer, nets, H, G):
+        """H (B, P, N) pre-activations of layer (0-based) for networks ``nets``; G (B, P) conditional variances."""
+        B, P, N = H.shape
+        r = self.rows
+        H2 = H * H
+        r["q"][nets, layer] = H2.mean(axis=(1, 2))
+        with np.errstate(over="ignore", invalid="ignore"):
+            r["m4"][nets, layer] = (H2 * H2).mean(axis=(1, 2))
+        r["g1"][nets, layer] = G.mean(axis=1)
+        r["g2"][nets, layer] = (G * G).mean(axis=1)
+        if P >= 2:
+            Q = _gram(H) / N
+            diag = np.diagonal(Q, axis1=1, axis2=2)
+            i, j = self.pair_idx
+            off = Q[:, i, j]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                cc = off / np.sqrt(diag[:, i] * diag[:, j])
+            r["qab"][nets, layer] = off.mean(axis=1)
+            r["c"][nets, layer] = cc.mean(axis=1)
+            self.cvals[layer].append(cc.ravel())
+            r["V"][nets, layer] = H.var(axis=1).mean(axis=-1)
+            r["Vtilde"][nets, layer] = H.mean(axis=1).var(axis=-1)
+            # rescaled inputs s_a h_a, s_a = sqrt(qbar/q_aa): V = qbar - s^T Q s/P^2, Vtilde = s^T Q s/P^2 - (s.m/P)^2
+            with np.errstate(invalid="ignore", divide="ignore"):
+                sc = np.sqrt(diag.mean(axis=1, keepdims=True) / diag)
+            sQs = np.einsum("ba,bac,bc->b", sc, Q, sc) / P**2
+            mbar = (sc * H.mean(axis=2)).sum(axis=1) / P
+            r["V_norm"][nets, layer] = diag.mean(axis=1) - sQs
+            r["Vtilde_norm"][nets, layer] = sQs - mbar**2
+
+    def result(self, depth, inputs, method, params, conditional):
+        n = PerNetwork(**self.rows)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            q, V, Vt = n.q.mean(0), n.V.mean(0), n.Vtilde.mean(0)
+            g1, g2 = n.g1.mean(0), n.g2.mean(0)
+            quant = np.full((len(QUANTILES), depth), np.nan)
+            for l, vals in enumerate(self.cvals):
+                if vals:
+                    quant[:, l] = np.quantile(np.concatenate(vals), QUANTILES)
+            return Simulation(
+                q=q, qab=n.qab.mean(0), c=n.c.mean(0), c_quantiles=quant, V=V, Vtilde=Vt, gamma=Vt / V,
+                kurtosis=n.m4.mean(0) / q**2 - 3, gamma_norm=n.Vtilde_norm.mean(0) / n.V_norm.mean(0), q_cond=g1,
+                kurtosis_cond=3 * g2 / g1**2 - 3 if conditional else np.full(depth, np.nan),
+                networks=n, layers=np.arange(1, depth + 1), inputs=inputs, method=method, params=params)
+
+
+def simulate(act, width, depth, sigma_w2, sigma_b2, n_inputs, n_networks=1, seed=0, residual=None, *,
+             inputs="orthonormal", input_dim=None, method="gram", progress=None, blas_threads=1) -> Simulation:
+    """Simulate ``n_networks`` random networks of width N = ``width`` on P = ``n_inputs`` inputs.
+
+    Per layer l = 1..depth (row 0 = the linear layer 1, as in ``sf.propagate``), with h_ia the
+    pre-activation of node i on input a:
+
+        q      = mean_a (1/N) sum_i h_ia^2           qab = mean_{a<b} (1/N) sum_i h_ia h_ib
+        c      = mean and 5/50/95% quantiles of qab_ab/sqrt(q_aa q_bb) over pairs and networks
+        V      = mean_i var_a h_ia  (ddof 0)         Vtilde = var_i mean_a h_ia  (ddof 0)
+        gamma  = Vtilde / V                          kurtosis = E h^4 / (E h^2)^2 - 3
+
+    Infinite width: q, qab, c -> sf.propagate; E[V] = (q - qab)(1 - 1/P) and E[Vtilde] = qab +
+    (q - qab)/P (:func:`finite_data_gamma`). ``method="gram"`` (default) samples each layer
+    exactly from its P x P Gram matrix (module docstring); ``"weights"`` uses explicit weight
+    matrices. ``residual=alpha``: h^(l+1) = h^(l) + alpha (W y^(l) + b) for l >= 1.
+    ``blas_threads``: BLAS threads during the run (default 1; None leaves the setting alone). The
+    products are P x P x N: on a busy two-core machine two BLAS threads thrash (measured 64 s vs
+    18 s for width 10000, depth 100, 200 inputs); one thread takes ~20 s for that size.
+    """
+    act, k, width, depth, sw, sb, P, n_networks, seed, alpha, d = _validate(
+        _F, act, width, depth, sigma_w2, sigma_b2, n_inputs, n_networks, seed, residual, inputs, input_dim, method)
+    threads = None if blas_threads is None else check.integer(_F, "blas_threads", blas_threads, lo=1)
+    with _blas_threads(threads):
+        return _simulate(act, k, width, depth, sw, sb, P, n_networks, seed, alpha, d, inputs, method, progress)
+
+
+def _simulate(act, k, width, depth, sw, sb, P, n_networks, seed, alpha, d, inputs, method, progress):
+    data_seed, net_seeds = _seeds(seed, n_networks)
+    X = _make_inputs(inputs, P, d, np.random.default_rng(data_seed))
+    n_pairs = P * (P - 1) // 2
+    iu = np.triu_indices(P, 1)
+    if n_pairs * n_networks > PAIR_CAP:  # a fixed, seeded subset of pairs per network for the quantiles
+        keep = max(1, PAIR_CAP // n_networks)
+        sel = np.sort(np.random.default_rng(data_seed.spawn(1)[0]).choice(n_pairs, keep, replace=False))
+        iu = (iu[0][sel], iu[1][sel])
+    acc = _Acc(n_networks, depth, n_pairs, iu)
+    phi, _ = _act_fns(act)
+    pool = act.pool
+    params = dict(act=act.name, width=width, depth=depth, sigma_w2=sw, sigma_b2=sb, n_inputs=P,
+                  n_networks=n_networks, seed=seed, residual=alpha, inputs=inputs if isinstance(inputs, str)
+                  else "array", input_dim=d, method=method)
+    batch = max(1, min(n_networks, BATCH_ELEMENTS // (P * width)))
+    bar = _progress(n_networks * depth, progress, f"simulate {act.name}")
+    M1 = (sw / d) * (X @ X.T) + sb            # layer-1 conditional covariance (inputs fixed)
+    for start in range(0, n_networks, batch):
+        nets = np.arange(start, min(start + batch, n_networks))
+        if method == "gram":
+            _run_gram(acc, nets, [net_seeds[i] for i in nets], M1, phi, pool, k, width, depth, sw, sb, alpha, bar)
+        else:
+            for i in nets:
+                _run_weights(acc, i, net_seeds[i], X, phi, pool, k, width, depth, sw, sb, alpha, bar)
+    if bar is not None:
+        bar.close()
+    return acc.result(depth, X, method, params, conditional=alpha is None)
+
+
+def _run_gram(acc, nets, seeds, M1, phi, pool, k, N, depth, sw, sb, alpha, bar):
+    B, P = len(nets), M1.shape[0]
+    rngs = [np.random.default_rng(s) for s in seeds]
+    Z = np.empty((B, P, N))
+
+    def draw():
+        for b, rng in enumerate(rngs):
+            rng.standard_normal(out=Z[b])
+        return Z
+
+    L1 = _psd_sqrt(M1)
+    H = np.matmul(L1, draw())
+    G = np.broadcast_to(np.diagonal(M1), (B, P))
+    acc.add(0, nets, H, G)
+    for layer in range(1, depth):
+        Yp = _pooled(phi(H), pool, k)                  # (B, P, N/k); repeating k times is folded into M
+        M = (sw / Yp.shape[-1]) * _gram(Yp) + sb       # (sigma_w2/N) Y Y^T + sigma_b2 11^T
+        inc = np.matmul(_psd_sqrt(M), draw())
+        G = np.diagonal(M, axis1=1, axis2=2)
+        if alpha is None:
+            H = inc
+        else:
+            G = (H * H).mean(axis=-1) + alpha**2 * G   # E[h'^2 | previous layer] averaged over nodes
+            H = H + alpha * inc
+        acc.add(layer, nets, H, G)
+        if bar is not None:
+            bar.update(B)
+    if bar is not None:
+        bar.update(B)
+
+
+def _layer_params(ss, fan_in, N, sw, sb):
+    """(W, b) of one layer from its own seed: W (N, fan_in) ~ N(0, sw/fan_in), b ~ N(0, sb)."""
+    rng = np.random.default_rng(ss)
+    W = rng.standard_normal((N, fan_in)) * np.sqrt(sw / fan_in)
+    b = rng.standard_normal(N) * np.sqrt(sb)
+    return W, b
+
+
+def _forward_weights(net_seed, X, phi, pool, k, N, depth, sw, sb, alpha, on_layer):
+    """Explicit-weights forward pass; calls on_layer(l, H, G) per layer; returns layer seeds and last H."""
+    layer_seeds = net_seed.spawn(depth + 1)            # depth layers + the readout
+    W, b = _layer_params(layer_seeds[0], X.shape[1], N, sw, sb)
+    H = X @ W.T + b
+    on_layer(0, H, (sw / X.shape[1]) * (X * X).sum(axis=1) + sb)
+    for layer in range(1, depth):
+        Y = np.repeat(_pooled(phi(H), pool, k), k, axis=-1) if k > 1 else phi(H)
+        W, b = _layer_params(layer_seeds[layer], N, N, sw, sb)
+        G = (sw / N) * (Y * Y).sum(axis=1) + sb
+        inc = Y @ W.T + b
+        if alpha is None:
+            H = inc
+        else:
+            G = (H * H).mean(axis=-1) + alpha**2 * G
+            H = H + alpha * inc
+        on_layer(layer, H, G)
+    return layer_seeds, H
+
+
+def _run_weights(acc, i, net_seed, X, phi, pool, k, N, depth, sw, sb, alpha, bar):
+    def on_layer(layer, H, G):
+        acc.add(layer, np.array([i]), H[None], G[None])
+        if bar is not None:
+            bar.update(1)
+    _forward_weights(net_seed, X, phi, pool, k, N, depth, sw, sb, alpha, on_layer)
+
+
+# ---------------------------------------------------------------- per-class gradients (MATH.md section 7)
+@dataclass(frozen=True)
+class ClassGradients:
+    """Mean squared gradients (1/N) sum_i (dl_a/dh_i^(l))^2 of the per-sample loss, averaged over samples.
+
+    Arrays of shape (n_networks, depth), row index l - 1: ``all`` (every sample), ``favoured``
+    (samples labelled with the class the network assigns most inputs to at initialisation),
+    ``unfavoured`` (the other class). ``favoured_class`` (n_networks,), ``g0`` = fraction of
+    inputs assigned to class 0, ``labels`` (P,).
+    """
+    all: np.ndarray
+    favoured: np.ndarray
+    unfavoured: np.ndarray
+    favoured_class: np.ndarray
+    g0: np.ndarray
+    labels: np.ndarray
+    layers: np.ndarray
+    params: dict = field(default_factory=dict)
+
+
+def _expit(t):
+    """1/(1 + exp(-t)) without overflow (accurate far in both tails)."""
+    out = np.empty_like(t)
+    pos = t >= 0
+    out[pos] = 1 / (1 + np.exp(-t[pos]))
+    e = np.exp(t[~pos])
+    out[~pos] = e / (1 + e)
+    return out
+
+
+def _logits_and_backprop(net_seed, X, labels, phi, dphi, pool, k, N, depth, sw, sb, alpha, on_delta):
+    """Forward pass with explicit weights, readout logits z (P, 2), then backpropagation of the per-sample
+    losses; on_delta(l, dl_a/dh^(l)_a as a (P, N) array) for l = depth-1 .. 0 (0-based). Returns z."""
+    Hs = [None] * depth
+
+    def store(layer, H, G):
+        Hs[layer] = H
+    layer_seeds, _ = _forward_weights(net_seed, X, phi, pool, k, N, depth, sw, sb, alpha, store)
+    phiL = phi(Hs[-1])
+    YL = np.repeat(_pooled(phiL, pool, k), k, axis=-1) if k > 1 else phiL
+    Wo, bo = _layer_params(layer_seeds[depth], N, 2, sw, sb)
+    z = YL @ Wo.T + bo
+    # dl/dz_1 = p_1 - t = sigmoid(z1 - z0) - t, written so that neither tail cancels; dl/dz_0 = -dl/dz_1
+    dz1 = np.where(labels == 1, -_expit(z[:, 0] - z[:, 1]), _expit(z[:, 1] - z[:, 0]))
+    delta = _pool_backward(np.outer(dz1, Wo[1] - Wo[0]), phiL, dphi(Hs[-1]), pool, k)
+    for layer in range(depth - 1, -1, -1):
+        on_delta(layer, delta)
+        if layer == 0:
+            break
+        W, _ = _layer_params(layer_seeds[layer], N, N, sw, sb)
+        Hp = Hs[layer - 1]
+        back = _pool_backward(delta @ W, phi(Hp), dphi(Hp), pool, k)
+        delta = back if alpha is None else delta + alpha * back
+        Hs[layer] = None
+    return z
+
+
+def class_gradients(act, width=1000, depth=20, sigma_w2=2.0, sigma_b2=0.0, n_inputs=200, n_networks=1, seed=0,
+                    residual=None, *, inputs="orthonormal", input_dim=None, progress=None,
+                    blas_threads=1) -> ClassGradients:
+    """Per-class gradients at initialisation: the network of :func:`simulate`, a linear readout to two
+    logits z = W_out y^(L) + b_out (W_out ~ N(0, sigma_w2/N), b_out ~ N(0, sigma_b2)) and the per-sample
+    softmax cross-entropy l_a = -log softmax(z_a)[t_a], labels t_a a seeded random half/half split.
+
+    Backpropagation: dl/dz_1 = sigmoid(z_1 - z_0) - t (evaluated in the tails without cancellation),
+    dl/dh^(l) = pool'(h^(l)) (W^(l+1))^T dl/dh^(l+1) (+ the identity path for residual blocks).
+    Uses explicit weights, regenerated per layer from per-layer seeds (never all held at once), so
+    the default width is smaller than simulate's. Memory O(depth N P) for the stored pre-activations.
+    """
+    func = "class_gradients"
+    act, k, width, depth, sw, sb, P, n_networks, seed, alpha, d = _validate(
+        func, act, width, depth, sigma_w2, sigma_b2, n_inputs, n_networks, seed, residual, inputs, input_dim)
+    if P < 2:
+        check.fail(func, "n_inputs", "an integer >= 2 (two classes)", P)
+    threads = None if blas_threads is None else check.integer(func, "blas_threads", blas_threads, lo=1)
+    with _blas_threads(threads):
+        return _class_gradients(act, k, width, depth, sw, sb, P, n_networks, seed, alpha, d, inputs, progress)
+
+
+def _class_gradients(act, k, width, depth, sw, sb, P, n_networks, seed, alpha, d, inputs, progress):
+    data_seed, net_seeds = _seeds(seed, n_networks)
+    rng = np.random.default_rng(data_seed)
+    X = _make_inputs(inputs, P, d, rng)
+    labels = rng.permutation(np.arange(P) % 2)
+    phi, dphi = _act_fns(act)
+    pool = act.pool
+    out = {n: np.full((n_networks, depth), np.nan) for n in ("all", "favoured", "unfavoured")}
+    fav = np.zeros(n_networks, dtype=int)
+    g0 = np.zeros(n_networks)
+    bar = _progress(n_networks * depth, progress, f"class_gradients {act.name}")
+    sq = np.empty((depth, P))
+
+    def on_delta(layer, delta):
+        sq[layer] = (delta * delta).mean(axis=1)           # per sample, mean over nodes
+        if bar is not None:
+            bar.update(1)
+    for net in range(n_networks):
+        z = _logits_and_backprop(net_seeds[net], X, labels, phi, dphi, pool, k, width, depth, sw, sb, alpha, on_delta)
+        g0[net] = np.mean(z[:, 1] <= z[:, 0])              # fraction assigned to class 0
+        fav[net] = 0 if g0[net] >= 0.5 else 1
+        out["all"][net] = sq.mean(axis=1)
+        out["favoured"][net] = sq[:, labels == fav[net]].mean(axis=1)
+        out["unfavoured"][net] = sq[:, labels != fav[net]].mean(axis=1)
+    if bar is not None:
+        bar.close()
+    params = dict(act=act.name, width=width, depth=depth, sigma_w2=sw, sigma_b2=sb, n_inputs=P,
+                  n_networks=n_networks, seed=seed, residual=alpha, input_dim=d)
+    return ClassGradients(all=out["all"], favoured=out["favoured"], unfavoured=out["unfavoured"],
+                          favoured_class=fav, g0=g0, labels=labels, layers=np.arange(1, depth + 1), params=params)

@@ -208,17 +208,24 @@ def _q_star_scalar(K, sw, sb, dps):
 
 def q_star(act, sigma_w2, sigma_b2, dps=None):
     """The variance fixed point q* (float64 arrays broadcast; dps=N gives mpmath numbers)."""
+    return _on_grid("q_star", act, sigma_w2, sigma_b2, dps, _q_star_vec,
+                    lambda K, w, b, d: _q_star_scalar(K, w, b, d))
+
+
+def _on_grid(func, act, sigma_w2, sigma_b2, dps, vec, point_mp):
+    """Validate and broadcast (sigma_w2, sigma_b2); float64: vec(K, sw, sb) on the flat grid at
+    once; dps: point_mp(K, sw, sb, dps) per point (object array of mpf). Scalars in, scalar out."""
     K = kernel(act)
-    dps = check.dps("q_star", dps)
-    sw = check.real("q_star", "sigma_w2", sigma_w2, lo=0)
-    sb = check.real("q_star", "sigma_b2", sigma_b2, lo=0)
+    dps = check.dps(func, dps)
+    sw = check.real(func, "sigma_w2", sigma_w2, lo=0)
+    sb = check.real(func, "sigma_b2", sigma_b2, lo=0)
     sw, sb = np.broadcast_arrays(sw, sb)
     if dps is None:
-        out = _q_star_vec(K, sw.ravel(), sb.ravel()).reshape(sw.shape)
+        out = vec(K, sw.ravel(), sb.ravel()).reshape(sw.shape)
         return out if out.ndim else float(out)
     out = np.empty(sw.shape, dtype=object)
     for idx in np.ndindex(sw.shape):
-        out[idx] = _q_star_scalar(K, float(sw[idx]), float(sb[idx]), dps)
+        out[idx] = point_mp(K, float(sw[idx]), float(sb[idx]), dps)
     return out if out.ndim else out.item()
 
 
@@ -437,18 +444,7 @@ def _c_star_mp(K, sw, sb, dps):
 
 def c_star(act, sigma_w2, sigma_b2, dps=None):
     """Stable correlation fixed point c* reached from c^(1) (float64 arrays; dps=N: mpmath)."""
-    K = kernel(act)
-    dps = check.dps("c_star", dps)
-    sw = check.real("c_star", "sigma_w2", sigma_w2, lo=0)
-    sb = check.real("c_star", "sigma_b2", sigma_b2, lo=0)
-    sw, sb = np.broadcast_arrays(sw, sb)
-    if dps is None:
-        out = _c_star_vec(K, sw.ravel(), sb.ravel())[0].reshape(sw.shape)
-        return out if out.ndim else float(out)
-    out = np.empty(sw.shape, dtype=object)
-    for idx in np.ndindex(sw.shape):
-        out[idx] = _c_star_mp(K, float(sw[idx]), float(sb[idx]), dps)
-    return out if out.ndim else out.item()
+    return _on_grid("c_star", act, sigma_w2, sigma_b2, dps, lambda K, w, b: _c_star_vec(K, w, b)[0], _c_star_mp)
 
 
 def _neutrality_vec(K, sb, sigma_w2_max=50.0):

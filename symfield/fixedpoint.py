@@ -208,8 +208,7 @@ def _q_star_scalar(K, sw, sb, dps):
 
 def q_star(act, sigma_w2, sigma_b2, dps=None):
     """The variance fixed point q* (float64 arrays broadcast; dps=N gives mpmath numbers)."""
-    return _on_grid("q_star", act, sigma_w2, sigma_b2, dps, _q_star_vec,
-                    lambda K, w, b, d: _q_star_scalar(K, w, b, d))
+    return _on_grid("q_star", act, sigma_w2, sigma_b2, dps, _q_star_vec, _q_star_scalar)
 
 
 def _on_grid(func, act, sigma_w2, sigma_b2, dps, vec, point_mp):

@@ -32,7 +32,9 @@ from .kernel import kernel
 
 _F = "propagate"
 METHODS = ("auto", "table", "quadrature")
-SMALL_JOB = 64     # point-layers below which an uncached table is not worth building (method="auto")
+# point-layers below which building an uncached table costs more than quadrature (method="auto"):
+# a table takes ~1e3 polar-rule or ~2e4 quadrature node evaluations per q-octave
+SMALL_JOB = {True: 64, False: 20000}
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,7 @@ def _table_for(K, general, work, method):
         return None
     if general and T.kind != "homogeneous":
         return None
-    if method == "auto" and work <= SMALL_JOB and not T.panels:
+    if method == "auto" and not T.panels and work <= SMALL_JOB[T.evaluator().fast]:
         return None
     return T
 

@@ -111,9 +111,9 @@ class _Maps:
         self._d = evaluator(K.dpsi2, (Q,), K.kinks)
         self._C = evaluator(K.C, (Q1, Q2, Q12), K.kinks)
         if K.V.has(sp.Integral):
-            self._V = Table1D(self._V)
+            self._V = Table1D(self._V, key=f"V {sp.srepr(K.V)} kinks {K.kinks!r}")
         if K.dpsi2.has(sp.Integral):
-            self._d = Table1D(self._d)
+            self._d = Table1D(self._d, key=f"dpsi2 {sp.srepr(K.dpsi2)} kinks {K.kinks!r}")
         self._T = None
         if K.C.has(sp.Integral):
             from . import tables

@@ -19,7 +19,9 @@ Closed forms (method names say which):
   ``mean + |diff|``  phi = b x, k = 2: max = (u1 + u2)/2 + |u1 - u2|/2, the halves are independent
                      with covariance Sigma/2, so C = b^2 (q12/2 + E[|u||v|]/2) (abs arc-cosine kernel).
 Otherwise the defining integral is kept as an unevaluated Integral of kind ("max1", k, f),
-("max2", k, f, g) or ("argmax2", k, f, g), evaluated by quadrature.max_expect1 / max_expect2.
+("max2", k, f, g) or ("argmax2", k, f, g), evaluated by quadrature.max_expect1 / max_expect2, in
+float64 or at dps=N (N digits in the natural scale, sqrt(V(q1) V(q2)) for C, sqrt(dpsi2 dpsi2) for dC,
+or ArithmeticError; for C and dC the bivariate CDF F is a running integral along each quadrature row).
 
 Non-monotone phi (``generalised order statistics``, symfield/levelsets.py): max_j phi(u_j) = phi(u_A) with
 A the argmax node.  With F_Y(y; q) = P(phi(sqrt(q) z) <= y), measured on the sublevel set {phi <= y}
@@ -27,7 +29,8 @@ A the argmax node.  With F_Y(y; q) = P(phi(sqrt(q) z) <= y), measured on the sub
 the pair (u_A, v_B) of two inputs has density k H^(k-1) rho + k(k-1) H^(k-2) P1 P2 n n
 (H(a, b) = P(phi(u) <= a, phi(v) <= b), P1, P2 the conditional probabilities of the other node of each
 pair).  For monotone phi these are the order-statistic formulas above.  Kinds ("full1", k, f, phi) and
-("full2", k, f, g, phi, argmax_only); numbers from levelsets.argmax_expect1/2 (float64; dps= for 1-D maps).
+("full2", k, f, g, phi, argmax_only); numbers from levelsets.argmax_expect1/2 (float64; dps= for the 1-D
+maps only: the covariance maps C, dC of a non-monotone phi refuse dps=).
 """
 from __future__ import annotations
 

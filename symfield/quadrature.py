@@ -28,12 +28,19 @@ panels at degrees d-2, d-1, d; estimate 10^max(D1^2/D2, 2 D1) (D1, D2: log10 of 
 differences of the last value to the others, as in mpmath.quad); accepted if <= 10^-N S with
 S = max(|value|, min(1, E|integrand|)) (relative; absolute near 0); else p is halved (twice at
 most), then ArithmeticError.  tanh 2-D at q = 1: ~0.7 s (N=15), ~3 s (N=30); q = 1e3: ~40 s (N=15).
+
+Max-pool (order statistics, MATH.md section 4): max_expect1 (1-D) and max_expect2 (the h_k covariance
+integral, C and dC) in float64 and at dps=N with the same plan and three-degree control; the mpmath
+h_k rule (_max2_mp) gets F(s, t; c) along each inner row as a running integral on the row's own
+Gauss-Legendre nodes, in fixed-point integers.  Measured (dps=20, one core, shared machine): relu or
+tanh, k = 2..8, q ~ 1: 2-5 s; tanh at q = 10: 10-30 s; dps=30: ~3x the dps=20 time.
 """
 from __future__ import annotations
 
 import math
 from fractions import Fraction
 from functools import lru_cache
+from operator import mul as _mul
 
 import mpmath
 import numpy as np
@@ -341,9 +348,10 @@ def max_expect1(f, q, k, *, kinks=(), dps=None):
         return expect1(lambda x: f(x) * k * mpmath.ncdf(x / s) ** (k - 1), q, kinks=kinks, dps=dps)
 
 
-def max_expect2(f, g, q1, q2, q12, k, *, kinks=(), argmax_only=False):
-    """float64 E[f(sqrt(q1) S) g(sqrt(q2) T)] under the density h_k (argmax_only: the first term,
-    k E[f(u_1) g(v_1) F(s_1, t_1)^(k-1)] = dC for f = g = phi').
+def max_expect2(f, g, q1, q2, q12, k, *, kinks=(), argmax_only=False, dps=None):
+    """E[f(sqrt(q1) S) g(sqrt(q2) T)] under the density h_k (argmax_only: the first term,
+    k E[f(u_1) g(v_1) F(s_1, t_1)^(k-1)] = dC for f = g = phi').  dps=None: float64, below;
+    dps=N: mpf good to N digits (f, g map mpf -> mpf) or ArithmeticError, see _max2_mp.
 
     Coordinates (s, z): s = u/sqrt(q1) outer (expect2's outer rule), t = c s + r z, r = sqrt(1-c^2),
     so v = c' u + s_c z as in expect2.  Weight per (s, z), with the outer n(s) in the outer rule:
@@ -355,6 +363,8 @@ def max_expect2(f, g, q1, q2, q12, k, *, kinks=(), argmax_only=False):
     8-point Gauss-Legendre per panel; F by Owen's T (bvn_cdf).  Measured: <= 1e-15 relative change
     vs 12 points, 1e-12 vs the exact linear max2 map (tests/test_pool.py).  c = 0: product of
     1-D maps; c = 1: the 1-D law; c = -1: the (min, max) law."""
+    if dps is not None:
+        return _max_expect2_mp(f, g, q1, q2, q12, k, kinks, argmax_only, dps)
     q1, q2, q12 = float(q1), float(q2), float(q12)
     kinks = [float(x) for x in kinks]
     s1, s2 = math.sqrt(q1), math.sqrt(q2)
@@ -427,6 +437,218 @@ def _minmax_f64(f, g, s1, s2, k, kinks, argmax_only):
         out += wbi * _ev(f, np.array([s1 * b]))[0] * np.sum(wa * _ev(g, -s2 * a) * k * (k - 1) * (ndtr(b) - ndtr(a)) ** (k - 2))
     return float(out)
 
+
+# ---------------------------------------------------------------- max-pool covariance at mpmath precision
+@lru_cache(maxsize=16)
+def _gl_running(d, bits):
+    """Degree-d Gauss-Legendre rule on [-1, 1] for running integrals: nodes t_j, weights w_i (mpf) and,
+    as bits-bit fixed-point integers, the weights and A[j][i] = int_{-1}^{t_j} l_i, B[j][i] = int_{t_j}^{1} l_i
+    (l_i the Lagrange basis of the nodes).  l_i = w_i sum_{m<n} (m + 1/2) P_m(t_i) P_m (exact discrete
+    orthogonality) and int_{-1}^x P_m = (P_{m+1} - P_{m-1})(x)/(2m + 1), so
+    A[j][i] = w_i [(1 + t_j)/2 + sum_{m=1}^{n-1} P_m(t_i) (P_{m+1} - P_{m-1})(t_j)/2]."""
+    with mpmath.workprec(bits + 20):
+        tw = mpmath.calculus.quadrature.GaussLegendre(mpmath.mp).calc_nodes(d, mpmath.mp.prec)
+        t, w = [x for x, _ in tw], [y for _, y in tw]
+        n = len(t)
+        P = []
+        for x in t:
+            row = [mpmath.mpf(1), x]
+            for m in range(1, n):
+                row.append(((2 * m + 1) * x * row[m] - m * row[m - 1]) / (m + 1))
+            P.append(row)
+        A = [[w[i] * ((1 + t[j]) / 2 + mpmath.fsum(P[i][m] * (P[j][m + 1] - P[j][m - 1]) for m in range(1, n)) / 2)
+              for i in range(n)] for j in range(n)]
+        fx = lambda v: mpmath.libmp.to_fixed(mpmath.mpf(v)._mpf_, bits)
+        return (tuple(t), tuple(w), tuple(fx(v) for v in w), tuple(tuple(fx(v) for v in row) for row in A),
+                tuple(tuple(fx(w[i] - A[j][i]) for i in range(n)) for j in range(n)))
+
+
+def _breaks(lo, hi, gw, pts, tol):
+    """Sorted breakpoints on [lo, hi]: multiples of gw (if given) inside, the points pts inside, the ends
+    (merged within tol)."""
+    zs = sorted({lo, hi} | set(_multiples(gw, lo, hi) if gw else ()) | {z for z in pts if lo < z < hi})
+    out = [zs[0]]
+    for z in zs[1:]:
+        if z - out[-1] > tol:
+            out.append(z)
+    out[-1] = zs[-1]
+    return out
+
+
+def _grid_points(mu, sc, lo, hi, h, gw, kinks):
+    """z-points of g(mu + sc z) on [lo, hi]: its kinks and, where finer than the panels, the x grid k*h (|x| <= R)."""
+    pts = [(x - mu) / sc for x in kinks]
+    if gw * abs(sc) > h:
+        xa, xb = sorted((mu + lo * sc, mu + hi * sc))
+        pts += [(x - mu) / sc for x in _multiples(h, max(xa, -R), min(xb, R))]
+    return pts
+
+
+def _max2_mp(f, g, q1, q2, q12, k, kinks, N, argmax_only):
+    """E[f(sqrt(q1) S) g(sqrt(q2) T)] under h_k (argmax_only: its first term), 0 < |c| < 1, N digits.
+
+    Coordinates of max_expect2: s = u/sqrt(q1) outer, t = c s + r z inner, and w = r s - c z.  The
+    weight per (s, z), n(s) in the outer rule, is
+        k F^(k-1) n(z) + k(k-1) F^(k-2) N(z) p,   p = r n(t) N(w),   F = F(s, t; c)
+    (F_s F_t dt = n(s) N(z) p dz).  Along a row (s fixed) the non-elementary factors are running
+    integrals of Gaussians in z:  dN(w)/dz = -c n(w),  dF/dz = p  (and dN(z)/dz = n(z), row-independent,
+    memoised per panel), accumulated panel by panel with the interpolatory running rule on the panel's
+    own Gauss-Legendre nodes (_gl_running), started where they are known: c > 0 at the top z = hi
+    (N(w(hi)) by erfc, F = N(s): p < n(L) above hi), c < 0 at z = -L (F = 0: p < n(L) below).  A node
+    costs two exponentials and two dot products with a row of the running matrix, no quadrature of F.
+    The weights are fixed-point integers with mp.prec + 40 bits (every factor is O(1)); f, g stay mpf.
+    Panels: outer uniform of width min(gw, h/s1, max(h, gw s_c)/(|c| s2)) on [-L, L] plus the kinks of
+    f and the smoothed kinks of g (expect2's); inner uniform of width min(gw, h/s_c) (s_c = s2 r, the
+    scale of g in z) on [-L, hi] plus g's kinks, hi = max(L, min((L - c s)/r, (r s + L)/c)) <= sqrt(2) L
+    for c > 0; for c < 0 hi = (L - c s)/r (the F_s F_t term only), with panels of width min(gw/r, h/s_c)
+    beyond max(L, (L - r s)/|c|), where N(z) = N(w) = 1 and only n(t) (scale 1/r in z) and g vary.
+    Error control: _controlled (degrees d-2, d-1, d of _plan(N); halvings; ArithmeticError), whose scale
+    S = max(|value|, min(1, E|f g|)) is <= sqrt(V(q1) V(q2)) for C and <= sqrt(dpsi2(q1) dpsi2(q2)) for dC
+    (Cauchy-Schwarz, F <= sqrt(N(s) N(t))), so an accepted value is within 10^-N of the natural scale.
+    (Rejected: F by nested mpmath.quad, minutes; Sheppard's theta-integral for F, ~N exponentials per node.)"""
+    from mpmath.libmp import to_fixed
+    from mpmath.libmp.libelefun import exp_fixed, ln2_fixed
+    bits = mpmath.mp.prec + 40
+    one = 1 << bits
+
+    def fx(v):
+        return to_fixed(mpmath.mpf(v)._mpf_, bits)
+
+    s1, s2 = mpmath.sqrt(q1), mpmath.sqrt(q2)
+    with mpmath.workprec(2 * mpmath.mp.prec + 20):
+        r = mpmath.sqrt((q1 * q2 - q12 * q12) / (q1 * q2))
+    c, cp, sc = q12 / (s1 * s2), q12 / q1, s2 * r
+    tol = mpmath.mpf(10) ** -(N + GUARD)
+    ln2 = ln2_fixed(bits)
+    cut = -bits * ln2 - (8 << bits)             # exp below this is < 2^-bits
+    c0 = fx(1 / mpmath.sqrt(2 * mpmath.pi))
+    rI, cI = fx(r), fx(c)
+    rc0, ac0 = (c0 * rI) >> bits, (c0 * abs(cI)) >> bits
+    down = c > 0                                # accumulate from the top (c > 0) or from the bottom
+    sgn = -1 if down else 1
+
+    def npdf(x, scale):  # scale * exp(-x^2/2) / 2^bits, fixed point
+        e = -((x * x) >> (bits + 1))
+        return (scale * exp_fixed(e, bits, ln2)) >> bits if e > cut else 0
+
+    def level(P, d, want_abs):
+        L, gw, h = P[:3]
+        t, _, wI, A, B = _gl_running(d, bits)
+        M = B if down else A
+        tI = [fx(x) for x in t]
+        gi = min(gw, h / sc)
+        go = min(gw, h / s1, max(h, gw * sc) / abs(c * s2))
+        pts = _outer_points(s1, cp, sc, (L, gw, mpmath.inf), kinks)   # f's kinks, g's smoothed kinks
+        us, wo = _rule_mp(_zbreaks(0 * s1, s1, (L, go), pts, tol), d, s1, {})
+        cache = {}
+
+        def panel(a, b):  # nodes, hw, hw * weights, n(z), N(z) (a running integral from N(a))
+            key = (a, b)
+            if key not in cache:
+                aI, bI = fx(a), fx(b)
+                hw, mid = (bI - aI) >> 1, (aI + bI) >> 1
+                zs = [mid + ((hw * x) >> bits) for x in tI]
+                nz = [npdf(z, c0) for z in zs]
+                Na = fx(mpmath.ncdf(a))
+                Nz = [Na + ((hw * (sum(map(_mul, row, nz)) >> bits)) >> bits) for row in A]
+                cache[key] = zs, hw, [(hw * x) >> bits for x in wI], nz, Nz
+            return cache[key]
+
+        tot, tabs = [], []
+        for u, wu in zip(us, wo):
+            fu = f(u)
+            if fu == 0:
+                continue
+            s, mu = u / s1, cp * u
+            csI, rsI = fx(c * s), fx(r * s)
+            if down:
+                hi = zw = max(L, min((L - c * s) / r, (r * s + L) / c))
+            else:
+                hi = L if argmax_only else max(L, (L - c * s) / r)
+                zw = min(hi, max(L, (L - r * s) / -c))
+            gk = [(x - mu) / sc for x in kinks]
+            zb = _breaks(-L, zw, gi, gk, tol)
+            if hi > zw:
+                n = int(mpmath.ceil((hi - zw) / max(gi, min(gw / r, h / sc))))
+                zb = zb[:-1] + _breaks(zw, hi, None, gk + [zw + (hi - zw) * j / n for j in range(1, n)], tol)
+            pans = list(zip(zb[:-1], zb[1:]))
+            end = hi if down else -L
+            Nw, F = fx(mpmath.ncdf(r * s - c * end)), (fx(mpmath.ncdf(s)) if down else 0)
+            Ws, ts = [], []
+            for a, b in (reversed(pans) if down else pans):
+                zs, hw, wz, nz, Nz = panel(a, b)
+
+                def run(start, dens, sign):  # start + sign * (running integral of dens): at the nodes, at the far end
+                    at = [start + sign * ((hw * (sum(map(_mul, row, dens)) >> bits)) >> bits) for row in M]
+                    return at, start + sign * ((hw * (sum(map(_mul, wI, dens)) >> bits)) >> bits)
+                Nwj, Nw = run(Nw, [npdf(rsI - ((cI * z) >> bits), ac0) for z in zs], 1)
+                tt = [csI + ((rI * z) >> bits) for z in zs]
+                p = [npdf(x, (rc0 * y) >> bits) for x, y in zip(tt, Nwj)]
+                Fj, F = run(F, p, sgn)
+                for j in range(len(zs)):
+                    Fc = min(max(Fj[j], 0), one)
+                    Fk2 = Fc ** (k - 2) >> (bits * (k - 3)) if k >= 3 else one
+                    W = k * ((((Fk2 * Fc) >> bits) * nz[j]) >> bits)
+                    if not argmax_only:
+                        W += k * (k - 1) * ((((Fk2 * p[j]) >> bits) * Nz[j]) >> bits)
+                    W = (W * wz[j]) >> bits
+                    if W:
+                        Ws.append(mpmath.mpf((W, -bits)))
+                        ts.append(tt[j])
+            gs = [g(s2 * mpmath.mpf((x, -bits))) for x in ts]
+            tot.append(wu * fu * mpmath.fdot(Ws, gs))
+            if want_abs:
+                tabs.append(abs(wu * fu) * mpmath.fdot(Ws, map(abs, gs)))
+        return mpmath.fsum(tot), (mpmath.fsum(tabs) if want_abs else None)
+    return _controlled(level, N, "max_expect2")
+
+
+def _max_expect2_mp(f, g, q1, q2, q12, k, kinks, argmax_only, N):
+    """max_expect2 at N digits: the special cases of the float64 code, else _max2_mp."""
+    with mpmath.workdps(N + GUARD):
+        q1, q2, q12 = (mpmath.mpf(v) for v in (q1, q2, q12))
+        kinks = [mpmath.mpf(v) for v in kinks]
+        s1, s2 = mpmath.sqrt(q1), mpmath.sqrt(q2)
+        with mpmath.workprec(2 * mpmath.mp.prec + 20):
+            det = q1 * q2 - q12 * q12
+        if det <= 0 and q12 > 0:   # c = 1: S = T = M_k, and the argmax term is the same
+            return max_expect1(lambda x: f(x) * g(x * s2 / s1), q1, k, kinks=kinks + [v * s1 / s2 for v in kinks], dps=N)
+        if det <= 0:
+            return mpmath.mpf(0) if argmax_only else _minmax_mp(f, g, q1, q2, k, kinks, N)
+        if q12 == 0:               # independent maxima; the argmax part is (1/k) E f(M) E g(M)
+            a, b = max_expect1(f, q1, k, kinks=kinks, dps=N), max_expect1(g, q2, k, kinks=kinks, dps=N)
+            return a * b / k if argmax_only else a * b
+        return _max2_mp(f, g, q1, q2, q12, k, kinks, N, argmax_only)
+
+
+def _minmax_mp(f, g, q1, q2, k, kinks, N):
+    """c = -1 at N digits: E[f(s1 B) g(-s2 A)], (A, B) = (min, max) of k normals, density
+    k(k-1) n(a) n(b) (N(b) - N(a))^(k-2) on a < b; outer b on [-L, L], inner a on [-L, b], uniform
+    panels of width min(gw, h/s1, h/s2) and min(gw, h/s2) plus the kinks (same degrees and control)."""
+    s1, s2 = mpmath.sqrt(q1), mpmath.sqrt(q2)
+    tol = mpmath.mpf(10) ** -(N + GUARD)
+    ak = [-x / s2 for x in kinks]                       # kinks of g(-s2 a) in a
+
+    def level(P, d, want_abs):
+        L, gw, h = P[:3]
+        bs, wb = _rule_mp(_breaks(-L, L, min(gw, h / s1, h / s2), [x / s1 for x in kinks] + ak, tol), d, 1, {})
+        cache, tot, tabs = {}, [], []
+        for b, w in zip(bs, wb):
+            fb = f(s1 * b)
+            if fb == 0:
+                continue
+            av, wa = _rule_mp(_breaks(-L, b, min(gw, h / s2), ak, tol), d, 1, cache)
+            if k == 2:
+                ws = [2 * v for v in wa]
+            else:
+                Nb = mpmath.ncdf(b)
+                ws = [v * (k * (k - 1)) * (Nb - mpmath.ncdf(a)) ** (k - 2) for a, v in zip(av, wa)]
+            gs = [g(-s2 * a) for a in av]
+            tot.append(w * fb * mpmath.fdot(ws, gs))
+            if want_abs:
+                tabs.append(abs(w * fb) * mpmath.fdot(ws, map(abs, gs)))
+        return mpmath.fsum(tot), (mpmath.fsum(tabs) if want_abs else None)
+    return _controlled(level, N, "max_expect2 (c = -1)")
 
 # ---------------------------------------------------------------- non-monotone max-pool (level sets)
 # Generalised order statistics (symfield/levelsets.py): the argmax node u_A has density
@@ -538,9 +760,8 @@ def pool_impl(entry, kinks, dps, vectorise, numpy_modules):
         if dps is not None:
             return lambda qv: max_expect1(f, qv, k, kinks=kinks, dps=dps)
         return lambda qv: _vec(lambda a: max_expect1(f, a, k, kinks=kinks), (qv,), None)
+    f, g = (vectorise(e, numpy_modules if dps is None else "mpmath") for e in entry[2:])
     if dps is not None:
-        raise NotImplementedError("dps= is not available for the max-pool covariance map (order-statistic h_k "
-                                  "integral): float64 only (error <= 1e-10 relative, see quadrature.max_expect2).")
-    f, g = (vectorise(e, numpy_modules) for e in entry[2:])
+        return lambda a, b, c: max_expect2(f, g, a, b, c, k, kinks=kinks, argmax_only=kind == "argmax2", dps=dps)
     return lambda a, b, c: _vec(lambda x1, x2, x3: max_expect2(f, g, x1, x2, x3, k, kinks=kinks,
                                                                argmax_only=kind == "argmax2"), (a, b, c), None)

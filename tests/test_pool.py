@@ -297,8 +297,14 @@ def test_non_monotone_max_warns_and_declares_the_level_set_method():
 
 
 def test_dps_on_the_covariance_integral_is_refused_clearly():
-    with pytest.raises(NotImplementedError, match="float64 only"):
-        sf.C(pool("tanh", "max", 2), 1.0, 1.0, 0.5, dps=20)
+    """Monotone phi has dps= for C and dC (tests/test_pool_mp.py); the non-monotone (level-set) covariance
+    maps are float64 only, and say so."""
+    with pytest.warns(UserWarning, match="not monotone"):
+        act = sf.activation("abs", pool="max", k=2)
+    for m in ("C", "dC"):
+        with pytest.raises(NotImplementedError, match=r"dps= is not available .* non-monotone .*float64 only"):
+            sf.map_value(act, m, 1.0, 1.0, 0.5, dps=20)
+    assert sf.map_value(act, "V", 1.0, dps=20) > 0     # the 1-D maps of the same activation do have dps=
 
 
 

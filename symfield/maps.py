@@ -9,6 +9,8 @@ numbers (element-wise, numpy object arrays for array input) correct to N digits.
 """
 from __future__ import annotations
 
+import math
+
 import mpmath
 import numpy as np
 
@@ -54,10 +56,39 @@ def _pair(func, q1, q2, q12, dps):
     return a, b, c
 
 
+_TABULATED: dict = {}   # Kernel -> whether sf.C takes the table path (max-pool C without a closed form)
+
+
+def _tabulated(K):
+    ok = _TABULATED.get(K)
+    if ok is None:
+        import sympy as sp
+        ok = K.act.pool == "max" and K.act.k > 1 and K.C.has(sp.Integral) and "not monotone" not in K.methods.get("C", "")
+        _TABULATED[K] = ok
+    return ok
+
+
+def _scalar(v):
+    return isinstance(v, (float, int, np.floating, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
 def C(act, q1, q2, q12, dps=None):
-    """E[psi(u) psi(v)] for the two-input covariance [[q1, q12], [q12, q2]]."""
+    """E[psi(u) psi(v)] for the two-input covariance [[q1, q12], [q12, q2]].
+
+    Max-pools without a closed form (float64 scalars): from the certified Chebyshev table of
+    symfield.tables (tables.fast_C: any q1, q2 for homogeneous psi, q1 == q2 for the others, built
+    on first use resp. once repeated use pays for it), else the h_k quadrature."""
     K = kernel(act)
     dps = check.dps("C", dps)
+    if dps is None and _tabulated(K) and _scalar(q1) and _scalar(q2) and _scalar(q12):
+        a, b, c = float(q1), float(q2), float(q12)
+        if 0 < a < math.inf and 0 < b < math.inf and abs(c) <= math.sqrt(a * b) * (1 + 4e-16):
+            from . import tables
+            slow = lambda: float(evaluate(K.C, (Q1, Q2, Q12), (np.asarray(a), np.asarray(b), np.asarray(c)), K.kinks, None))
+            try:
+                return tables.fast_C(K, a, b, c, slow)
+            except (tables.TableError, NotImplementedError):
+                _TABULATED[K] = False
     return evaluate(K.C, (Q1, Q2, Q12), _pair("C", q1, q2, q12, dps), K.kinks, dps)
 
 

@@ -27,7 +27,11 @@ Node values (the reference the table is built from and checked against):
   avg-pools of these): the polar Chebyshev-Fourier rule :func:`polar_coefficients`, which gives
   C(q1, q2, sqrt(q1 q2) cos theta) for ALL theta at once from one set of coefficients (~1-50 ms per q;
   for odd psi also C/cos(theta) without cancellation, :func:`polar_eval_over_cos`);
-- everything else (max-pools, kinked activations): symfield.numeric's quadrature (~20-400 ms per point).
+- max-pools of a monotone phi smooth except at x = 0 (tanh, sigmoid, softplus, erf; relu, leaky relu):
+  one :class:`symfield.maxrule.Rule` per theta (the h_k law depends on c only), evaluated at all the
+  q-nodes of a panel at once (~50-100 ms per theta for 16-33 q); its error (RULE_FLOOR, measured in
+  tests/test_pool_fast.py against the exact linear max2 map and mpmath) is added to C's bound;
+- everything else (kinked activations, other max-pools): symfield.numeric's quadrature (~20-400 ms per point).
 
 Certification: every cell is also evaluated at held-out points -- the second-kind Chebyshev points
 cos(pi k/n), k = 0..n (T_n peaks there; ends included) -- against the same node evaluator (full
@@ -69,7 +73,9 @@ MP_QMAX = 2.0           # ... at q <= MP_QMAX (mpmath's 2-D quadrature costs ~2 
 MP_DPS = 15
 QUAD_FLOOR = 1e-12      # error of symfield.quadrature's 2-D rules (max_expect2: measured ~4e-13 against an
 #                         independent argmax decomposition, tests/test_tables.py), added to C's bound
+RULE_FLOOR = 1e-13      # error of symfield.maxrule's rule (measured <= 1e-14, tests/test_pool_fast.py), added to C's bound
 _SLOW = "symfield.numeric quadrature"
+_RULE = "max-pool h_k rule (symfield.maxrule)"
 
 
 class TableError(ArithmeticError):
@@ -257,6 +263,14 @@ class Evaluator:
             vars_ = (Q,) if entry[0] == "1" else (Q1, Q2, Q12)
             repl[I] = sp.Function(name)(*((renamed,) if renamed is not None else vars_))
         self.fast = fast
+        self.maxrule = None
+        atoms_ = list(K.C.atoms(sp.Integral))
+        if len(atoms_) == 1 and K.C == atoms_[0]:
+            entry, _ = N._lookup(atoms_[0])
+            if entry[0] == "max2" and set(float(v) for v in K.kinks) <= {0.0}:
+                f = N._vectorised(entry[2], N._NUMPY)
+                g = f if entry[3] == entry[2] else N._vectorised(entry[3], N._NUMPY)
+                self.maxrule, self.fast = (f, g, entry[1]), True
         atoms = list(K.C.atoms(sp.Integral))
         # C is one polar integral (single-node phi): C/cos(theta) directly for odd psi
         self.single = impls["_quad0"] if len(atoms) == 1 and K.C == atoms[0] and isinstance(impls.get("_quad0"), _Polar2) else None
@@ -382,6 +396,8 @@ class Table:
                 out[key] = max(vals)
         if self.info.get("evaluator") == _SLOW and "C" in out:
             out["C"] += QUAD_FLOOR   # nodes by quadrature: its own (measured, not re-checked here) error
+        if self.info.get("evaluator") == _RULE and "C" in out:
+            out["C"] += RULE_FLOOR
         mp = [c["err"] for c in self.info["mp_checks"]]
         if mp:
             out["C"] = out.get("C", 0.0) + max(mp)
@@ -398,13 +414,27 @@ class Table:
     def evaluator(self):
         if self._ev is None:
             self._ev = Evaluator(self.K, self.parity)
-            self.info["evaluator"] = "polar Chebyshev-Fourier rule" if self._ev.fast else _SLOW
+            if self.kind == "homogeneous" and self._ev.maxrule is not None:
+                # one q: the quadrature's ~130 nodes (~3 s) beat the rule's graded cells (~25 s, measured)
+                self._ev.maxrule, self._ev.fast = None, False
+            self.info["evaluator"] = (_RULE if self._ev.maxrule else
+                                      "polar Chebyshev-Fourier rule" if self._ev.fast else _SLOW)
         return self._ev
 
     # ---------------------------------------------------------------- building
     def _g(self, ev, q, th):
         """Tabulated g at arrays q, theta (same shape), from node values of C."""
         c = np.cos(th)
+        if ev.maxrule is not None:   # one rule per theta, all q at once
+            from .maxrule import Rule
+            f, g, k = ev.maxrule
+            C = np.empty(np.shape(q))
+            for tv in np.unique(th):
+                sel = th == tv
+                C[sel] = Rule(math.cos(tv), k, q[sel].max()).expect(f, g, q[sel], q[sel])
+            if self.kind == "homogeneous" or self.psi0sq != 0:
+                return C / c if self.parity == 1 else C
+            return C / (q * c) if self.parity == 1 else C / q
         if self.kind == "homogeneous":
             C = ev.C(np.ones_like(q), np.ones_like(q), c)
             return C / c if self.parity == 1 else C
@@ -433,7 +463,7 @@ class Table:
         tn, th_h = cheb_nodes(N_TH), heldout_nodes(N_TH)
         cells, scale, tail_q = [], None, 0.0
         # the quadrature's nodes carry ~QUAD_FLOOR noise: a tail at that level is noise, not resolution
-        tail = TAIL if ev.fast else QUAD_FLOOR
+        tail = (4 * TAIL if ev.maxrule else TAIL) if ev.fast else QUAD_FLOOR
         while pending:
             if len(cells) + len(pending) > MAX_CELLS:
                 raise TableError(f"{self.name}: theta-cells did not converge (more than {MAX_CELLS} cells)")
@@ -540,7 +570,7 @@ class Table:
     def _mp_checks(self, built, n=None):
         """Random points in the new panels against mpmath (dps quadrature of the defining integral)."""
         n = MP_CHECKS if n is None else n
-        if not n:
+        if not n or self.K.act.pool == "max":   # max-pool C in mpmath costs minutes: checked in the tests instead
             return
         from .maps import C as C_mp, V as V_mp
         rng = np.random.default_rng(len(self.info["mp_checks"]) + 17)
@@ -801,7 +831,17 @@ def load_module():
 
 
 # ----------------------------------------------------------------------------- disk cache
+_KEYS: dict = {}
+
+
 def _key(K):
+    k = _KEYS.get(K)
+    if k is None:
+        k = _KEYS[K] = _key_of(K)
+    return k
+
+
+def _key_of(K):
     from . import __version__
     parts = [f"table v{TABLE_VERSION}", f"symfield {__version__}", f"E0 {E0} NT {N_T} NTH {N_TH} TAIL {TAIL!r}",
              K.act.name, sp.srepr(K.act.expr), str(K.act.pool), str(K.act.k), sp.srepr(K.V), sp.srepr(K.C),
@@ -878,3 +918,96 @@ def table(act, q_lo=None, q_hi=None) -> Table:
     if T.kind == "homogeneous" or q_hi is not None:
         T.ensure(0.0 if q_lo is None else q_lo, q_hi)
     return T
+
+
+# ----------------------------------------------------------------------------- scalar evaluation (no numba)
+def _cheb_vec(y, n):
+    """(T_0(y), ..., T_(n-1)(y)) by the three-term recurrence."""
+    t = [1.0, y]
+    for _ in range(2, n):
+        t.append(2.0 * y * t[-1] - t[-2])
+    return np.asarray(t)
+
+
+def C_scalar(M, q1, q2, q12):
+    """The compiled C of MAPS_SOURCE for one point, in Python/NumPy (~10 us; no compilation), or None
+    outside the table (general kind: unequal norms or q's panel not built)."""
+    hom = M[0] == 1.0
+    if q1 == q2:
+        sq, c = q1, q12 / q1
+        a, b = (q1 - q12) / q1, (q1 + q12) / q1
+    else:
+        if not hom:
+            return None
+        sq = math.sqrt(q1) * math.sqrt(q2)
+        c = q12 / sq
+        a, b = 1.0 - c, 1.0 + c
+    par = int(M[1])
+    sn = math.sqrt(max(a * b, 0.0))
+    th = math.atan2(sn, abs(c)) if par != 0 else math.atan2(sn, c)
+    if hom:
+        i, x = 0, 0.0
+    else:
+        if q1 < M[9]:
+            p, x = 0, 2.0 * math.sqrt(q1) / M[10] - 1.0
+        else:
+            mant, e = math.frexp(q1)
+            p, x = e - int(M[4]), 2.0 * math.log2(mant) + 1.0
+        if p < M[2] or p > M[3] or not (0.0 < q1 < math.inf):
+            return None
+        i = p - int(M[2])
+    OP, OE = int(M[12]), int(M[13])
+    lo, hi = int(M[OP + i]), int(M[OP + i + 1]) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if M[OE + 2 * mid] <= th:
+            lo = mid
+        else:
+            hi = mid - 1
+    ta, tb = M[OE + 2 * lo], M[OE + 2 * lo + 1]
+    y = min(1.0, max(-1.0, (2.0 * th - ta - tb) / (tb - ta)))
+    o, blk = int(M[14]), int(M[15])
+    ty = _cheb_vec(y, N_TH)
+    if hom:
+        g = float(M[o + blk * lo:o + blk * (lo + 1)] @ ty)
+        n = int(M[5])
+        return q12 * sq ** (n - 1) * g if par == 1 else sq ** n * g
+    g = float(_cheb_vec(x, N_T) @ M[o + blk * lo:o + blk * (lo + 1)].reshape(N_T, N_TH) @ ty)
+    if M[6] == 0.0:
+        return g
+    return q12 * g if par == 1 else q1 * g
+
+
+# ----------------------------------------------------------------------------- sf.C's fast path
+BUILD_GUESS = 150.0      # seconds per panel assumed before any build was timed (tanh+max2: ~140 s measured)
+_SPENT: dict = {}        # (table key, panel) -> seconds sf.C spent on quadrature there
+
+
+def fast_C(K, q1, q2, q12, slow):
+    """sf.C for a max-pool covariance without a closed form (``slow()`` = the quadrature path).
+
+    Homogeneous psi: the theta-table, built (~2 s) or loaded on first use, for all q1, q2.
+    General kind: the (q, theta) table where q1 == q2 and q's panel is built (memory or disk); elsewhere
+    the quadrature, whose time per panel is added up: once it exceeds the expected build time of the
+    panel (the last measured one, else BUILD_GUESS) the panel is built (ski rental: at most ~2x the
+    cost of the better of 'always quadrature' and 'build at once'). Unequal norms, q > 2^Q_CAP_EXP:
+    always quadrature."""
+    key = _key(K)
+    T = _TABLES.get(key)
+    if T is None:
+        T = table(K)
+    if T.kind == "homogeneous" or (q1 == q2 and panel_of(q1) in T.panels):
+        v = C_scalar(T.arrays(), q1, q2, q12)
+        if v is not None:
+            return v
+    if T.kind == "homogeneous" or q1 != q2 or panel_of(q1) > Q_CAP_EXP - E0:
+        return slow()
+    t0 = time.perf_counter()
+    out = slow()
+    p = panel_of(q1)
+    spent = _SPENT[key, p] = _SPENT.get((key, p), 0.0) + time.perf_counter() - t0
+    per = T.info["build_seconds"] / len(T.panels) if T.panels else BUILD_GUESS
+    need = 1 if not T.panels else max(p - max(T.panels), min(T.panels) - p, 1)
+    if spent > per * need:
+        T.ensure(q1, q1)
+    return out

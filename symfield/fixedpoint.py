@@ -160,14 +160,22 @@ def _maps(K):
 
 
 def _q_star_vec(K, sw, sb):
-    """float64 q* for 1-D arrays sw, sb (the first root of g(q) = sw V(q) + sb - q above 0)."""
+    """float64 q* for 1-D arrays sw, sb: the first root of g(q) = sw V(q) + sb - q above 0, except
+    where q = 0 is a fixed point (sigma_b2 = 0, g <= 0 near 0) but the recursion climbs from
+    q^(1) = sw + sb (g(q^(1)) > 0, e.g. x erf(x) at sigma_w2 = 2): then the first root above q^(1)."""
     M = _maps(K)
     sw, sb = np.asarray(sw, float), np.asarray(sb, float)
     out = np.full(sw.shape, np.nan)
     glo = sw * M.V(np.full(sw.shape, Q_MIN)) + sb - Q_MIN
-    out[(glo <= 0) & (sb == 0)] = 0.0
-    idx = np.nonzero(glo > 0)[0]
+    zero = (glo <= 0) & (sb == 0)
+    qa = np.where(zero & (sw > 0), sw + sb, 1.0)
+    ga = np.where(zero & (sw > 0), sw * M.V(qa) + sb - qa, 0.0)
+    up = zero & (ga > 0)
+    out[zero & ~up] = 0.0
+    glo, qlo = np.where(up, ga, glo), np.where(up, qa, Q_MIN)
+    idx = np.nonzero((glo > 0) | up)[0]
     hi = np.maximum(2 * (sb[idx] + sw[idx]), 1.0)
+    hi = np.where(up[idx], np.maximum(hi, 2 * qlo[idx]), hi)
     ghi = sw[idx] * M.V(hi) + sb[idx] - hi
     while True:  # grow the brackets by 4 until g(hi) <= 0; past Q_MAX: q* = inf
         grow = ghi > 0
@@ -181,7 +189,7 @@ def _q_star_vec(K, sw, sb):
     ok = ghi <= 0
     idx, hi, ghi = idx[ok], hi[ok], ghi[ok]
     if idx.size:
-        lo = np.full(idx.shape, Q_MIN)
+        lo = qlo[idx]
         out[idx] = vroot(lambda x, j: sw[idx[j]] * M.V(x) + sb[idx[j]] - x,
                          lo, hi, glo[idx], ghi)
     return out
@@ -197,8 +205,12 @@ def _q_star_scalar(K, sw, sb, dps):
         sw, sb = to_mpf(sw), to_mpf(sb)  # decimal reading, as numeric.evaluate
         lo = mpmath.mpf(Q_MIN)
         if g(lo) <= 0:
-            return mpmath.mpf(0) if sb == 0 else mpmath.nan
-        hi = _grow(g, max(2 * (sb + sw), mpmath.mpf(1)))
+            if sb != 0:
+                return mpmath.nan
+            if sw == 0 or g(sw) <= 0:
+                return mpmath.mpf(0)
+            lo = sw                # q = 0 is a fixed point, but the recursion climbs from q^(1) = sw
+        hi = _grow(g, max(2 * (sb + sw), 2 * lo, mpmath.mpf(1)))
         if hi is None:
             return mpmath.inf
         root = _root(g, lo, hi, dps, "q_star")
@@ -366,6 +378,12 @@ def _c_star_vec(K, sw, sb, qs=None):
     qs = _q_star_vec(K, sw, sb) if qs is None else qs
     finite = (qs > 0) & (qs < math.inf)
     qe = np.where(finite, qs, _limit_q(K, qs))
+    c1 = np.where(sw + sb > 0, sb / np.where(sw + sb > 0, sw + sb, 1.0), 0.0)
+    to_zero = np.nonzero((qs == 0) & (sw > 0))[0] if _descent_cheap(K, M) else np.zeros(0, int)
+    frozen = np.zeros(sw.shape, bool)
+    if to_zero.size:       # start the limit map where the recursion has brought c (c freezes: c* is there)
+        c1 = c1.copy()
+        c1[to_zero], frozen[to_zero] = _descend(M, sw[to_zero])
     vq = np.where(finite, 1.0, M.V(qe))
 
     def g(c, j):
@@ -376,10 +394,9 @@ def _c_star_vec(K, sw, sb, qs=None):
 
     n = sw.size
     alln = np.arange(n)
-    c1 = np.where(sw + sb > 0, sb / np.where(sw + sb > 0, sw + sb, 1.0), 0.0)
     out = np.full(n, np.nan)
     g1 = g(c1, alln)
-    done = (np.abs(g1) <= G_TOL) | (sw == 0) | np.isnan(qs)
+    done = (np.abs(g1) <= G_TOL) | (sw == 0) | np.isnan(qs) | frozen
     out[done] = np.where(np.isnan(qs[done]), np.nan, c1[done])
     end = np.where(g1 > 0, 1.0, -1.0)
     fracs = np.concatenate([np.arange(1, SCAN) / SCAN, 1 - NEAR_END / SCAN])
@@ -408,6 +425,57 @@ def _c_star_vec(K, sw, sb, qs=None):
     if j.size:
         out[j] = vroot(lambda x, k: g(x, j[k]), lo[j], hi[j], glo[j], ghi[j])
     return out, qs
+
+
+Q_DESCENT, MAX_DESCENT = 1e-8, 5000   # q* = 0: follow the recursion down to q = Q_DESCENT (layer cap)
+
+
+def _descent_cheap(K, M):
+    """The q* = 0 descent runs where C costs microseconds at every q: closed-form C, or the
+    polar-rule table of a smooth single-node / avg-pool phi. Max-pools and kinked integral-form
+    phi (ELU) keep the limit map from c^(1) (their tables build per q-octave in seconds to minutes)."""
+    import sympy as sp
+    if _degree_one(K):
+        return False                       # the limit map is exact at q = 1 (homogeneous psi)
+    if not K.C.has(sp.Integral):
+        return True
+    T = M._T
+    return (T is not None and K.act.pool != "max" and T.kind != "homogeneous"
+            and T.evaluator().fast and not T.evaluator().maxrule)
+
+
+def _descend(M, sw):
+    """q* = 0 (sigma_b2 = 0): run the recursion q' = sw V(q), c' = C(q, q, c q)/V(q) from layer 1
+    (q = sw, c = 0) down to q <= Q_DESCENT. If there the c-map is the identity to leading order (its
+    displacement C/V - c shrinks with q: psi'(0) != 0, e.g. gelu, silu, mish, elu), c stops moving as
+    q -> 0 and c* is where it freezes: the recursion goes on until |dc| <= 1e-15 ("frozen"). Otherwise
+    (e.g. x erf(x) ~ x^2, C/V -> (1 + 2c^2)/3) the q -> 0 limit map has genuine fixed points and c* is
+    its root reached from the returned c. Returns (c, frozen)."""
+    q, c = sw.astype(float).copy(), np.zeros(sw.shape)
+    for _ in range(MAX_DESCENT):
+        i = np.nonzero((q > Q_DESCENT) & (q < Q_MAX))[0]
+        if i.size == 0:
+            break
+        v = M.V(q[i])
+        c[i], q[i] = np.clip(M.C(q[i], c[i]) / v, -1.0, 1.0), sw[i] * v
+    frozen = np.zeros(sw.shape, bool)
+    small = np.nonzero((q <= Q_DESCENT) & (q > 0))[0]
+    if small.size:
+        qi, ci = q[small], c[small]
+        d1 = M.C(qi, ci) / M.V(qi) - ci
+        d2 = M.C(qi / 16, ci) / M.V(qi / 16) - ci
+        frozen[small] = np.abs(d2) <= 0.5 * np.abs(d1) + G_TOL   # drift ~ q^a, a >= 1/4
+        i = np.nonzero(frozen)[0]
+        for _ in range(MAX_DESCENT):
+            i = i[q[i] > 1e-280]
+            if i.size == 0:
+                break
+            v = M.V(q[i])
+            cn = np.clip(M.C(q[i], c[i]) / v, -1.0, 1.0)
+            moved = np.abs(cn - c[i]) > 1e-15
+            c[i], q[i] = cn, sw[i] * v
+            i = i[moved]
+    return c, frozen
 
 
 def _c_star_scalar(K, sw, sb):

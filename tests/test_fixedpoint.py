@@ -282,3 +282,30 @@ def test_phase_diagram_bad_input():
         sf.phase_diagram("erf", sigma_w2=[-1.0], sigma_b2=[0.1])
     with pytest.raises(ValueError, match="'depth' parameter of phase_diagram"):
         sf.phase_diagram("erf", sigma_w2=[1.0], sigma_b2=[0.1], depth=0)
+
+
+# q* = 0 at sigma_b2 = 0 for psi(0) = 0 and psi'(0) != 0 (gelu, silu, mish): the c-map is the identity to
+# leading order as q -> 0, so c freezes where the recursion brings it; oracle: propagate's own recursion on
+# its quadrature path (no tables), run until q has underflowed past the freeze.
+@pytest.mark.parametrize("name,sw", [("gelu", 1.0), ("silu", 2.0), ("x*tanh(log(1+exp(x)))", 2.0)])
+def test_c_star_where_q_star_is_zero_is_the_limit_of_the_recursion(name, sw):
+    cs = sf.c_star(name, sw, 0.0)
+    r = sf.propagate(name, sw, 0.0, 150, layers=[150], method="quadrature")
+    assert 0 < r.q[-1] < 1e-8 * sw
+    assert abs(float(r.c[-1]) - cs) <= 1e-9
+    assert 0.05 < cs < 0.95          # neither the limit map's root (1/2) nor 0 or 1
+
+
+def test_c_star_quadratic_at_zero_goes_to_the_limit_map_root():
+    """x erf(x) ~ (2/sqrt(pi)) x^2 at 0: C/V -> (1 + 2c^2)/3 as q -> 0, whose stable root is 1/2."""
+    assert abs(sf.c_star("x*erf(x)", 1 / 3, 0.0) - 0.5) <= 1e-6
+
+
+def test_q_star_where_the_recursion_climbs_away_from_zero():
+    """x erf(x) at sigma_w2 = 2, sigma_b2 = 0: q = 0 is a fixed point, but V(q) ~ q for large q, so
+    from q^(1) = 2 the variance grows without bound (q* = inf, float64 and dps)."""
+    assert sf.q_star("x*erf(x)", 2.0, 0.0) == math.inf
+    assert sf.q_star("x*erf(x)", 2.0, 0.0, dps=15) == mp.inf
+    r = sf.propagate("x*erf(x)", 2.0, 0.0, 30, layers=[30])
+    assert r.q[-1] > 1e6
+    assert sf.q_star("x*erf(x)", 0.5, 0.0) == 0.0

@@ -24,8 +24,32 @@ def _pyplot():
     return plt
 
 
-def phase_diagram(pd, path=None, ax=None, title=None):
-    """Draw a :class:`symfield.PhaseDiagram`; save to ``path`` (png/pdf/svg) when given. Returns ax."""
+def _variance_criterion(act):
+    """sigma_w2 where q_growth = sigma_w2 V(q)/q = 1 for positively homogeneous psi, else None."""
+    if act is None:
+        return None
+    from .maps import q_growth
+    try:
+        return 1.0 / float(q_growth(act, 1.0))
+    except (NotImplementedError, ValueError):
+        return None
+
+
+def _inside(mask):
+    """Grid index (i, j) of the point of a region farthest from its boundary and the plot's edges
+    (distances measured in axis fractions), where its label reads best."""
+    from scipy.ndimage import distance_transform_edt
+    padded = np.pad(mask, 1)
+    d = distance_transform_edt(padded, sampling=(1 / padded.shape[0], 1 / padded.shape[1]))[1:-1, 1:-1]
+    return np.unravel_index(np.argmax(d), d.shape)
+
+
+def phase_diagram(pd, path=None, ax=None, title=None, act=None):
+    """Draw a :class:`symfield.PhaseDiagram`; save to ``path`` (png/pdf/svg) when given. Returns ax.
+
+    With ``act`` (the activation of ``pd``) positively homogeneous, the variance criterion
+    q_growth = 1 is drawn as well (dash-dot): below it q converges, above it q grows geometrically.
+    For plain ReLU it is the chi1 = 1 line; for pooled ReLU the two differ (MATH.md section 2)."""
     plt = _pyplot()
     from matplotlib.colors import BoundaryNorm, ListedColormap
     from matplotlib.patches import Patch
@@ -40,15 +64,17 @@ def phase_diagram(pd, path=None, ax=None, title=None):
     elif np.nanmin(pd.slope) < 1 < np.nanmax(pd.slope):  # no EOC curve (e.g. ReLU): the chi1 = 1 boundary
         ax.contour(pd.sigma_b2, pd.sigma_w2, pd.slope, levels=[1.0], colors="k", linewidths=2)
         ax.plot([], [], "k-", lw=2, label="order/chaos boundary ($\\chi_1 = 1$)")
+    crit = _variance_criterion(act)
+    if crit is not None and pd.sigma_w2.min() <= crit <= pd.sigma_w2.max():
+        ax.axhline(crit, color="k", ls="-.", lw=1.2, label=f"variance criterion ($q$ growth = 1, $\\sigma_w^2$ = {crit:.4g})")
     if np.isfinite(pd.neutrality).any():
         ax.plot(pd.sigma_b2, pd.neutrality, "k--", lw=2, label="neutrality ($c^* = 1/2$)")
     for i, p in enumerate(PHASES):  # label each region at its median point
         mask = pd.codes == i
         if p == "edge-of-chaos" or mask.sum() < 0.02 * mask.size:
             continue
-        w, b = np.nonzero(mask)
-        k = np.argsort(w + b * (pd.sigma_w2.size / max(pd.sigma_b2.size, 1)))[w.size // 2]
-        ax.text(pd.sigma_b2[b[k]], pd.sigma_w2[w[k]], SHORT[p], ha="center", va="center", fontsize=9,
+        w, b = _inside(mask)
+        ax.text(pd.sigma_b2[b], pd.sigma_w2[w], SHORT[p], ha="center", va="center", fontsize=9,
                 bbox=dict(boxstyle="round", fc="white", alpha=0.7, lw=0))
     handles = [Patch(color=COLOURS[p], label=p) for i, p in enumerate(PHASES) if (pd.codes == i).any()]
     line_h, _ = ax.get_legend_handles_labels()
@@ -87,7 +113,17 @@ def depth_curves(prop, sim=None, path=None, title=None):
         ls = np.asarray(sim.layers)
         a1.fill_between(ls, sim.c05, sim.c95, color="#4c72b0", alpha=0.3, label="simulation 5-95%")
         a1.plot(ls, sim.c50, color="#4c72b0", lw=1, label="simulation median")
+        per_net = np.asarray(sim.networks.gamma)
+        if per_net.shape[0] >= 2:  # spread of gamma over the simulated networks
+            lo, hi = np.nanquantile(per_net, [0.05, 0.95], axis=0)
+            a2.fill_between(ls, lo, hi, color="#4c72b0", alpha=0.3, label="networks 5-95%")
         a2.semilogy(ls, sim.gamma, color="#4c72b0", lw=1, label="simulation")
+        P = sim.params.get("n_inputs", 0)
+        if P >= 2:  # what the finite-data estimator Vtilde/V averages to at infinite width
+            from .simulate import finite_data_gamma
+            q = np.asarray(prop.q).reshape(layers.size, -1)[:, 0]
+            qab = np.asarray(prop.qab).reshape(layers.size, -1)[:, 0]
+            a2.semilogy(layers, finite_data_gamma(q, qab, P)[2], "k:", lw=1.5, label=f"infinite width, P = {P}")
     a1.set_xlabel("layer $l$")
     a1.set_ylabel("$c^{(l)}$")
     a2.set_xlabel("layer $l$")
@@ -133,4 +169,28 @@ def divergence(d, path=None, title=None):
             "finite": ("gamma*", d.gamma_star)}[d.kind]
     what = f"{what[0]} {float(what[1]):.4g}"
     fig.suptitle(title or f"gamma divergence: {d.kind} ({what})")
+    return _finish(fig, path)
+
+
+def class_gradients(g, path=None, title=None):
+    """Per-class mean squared gradients (1/N) |dl/dh^(l)|^2 against layer l from a
+    :func:`symfield.class_gradients` result: favoured class (the one the network assigns most
+    inputs to at initialisation), unfavoured class and all samples; median over networks with
+    the 5-95% band across networks when there are several. Returns the figure."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    layers = np.asarray(g.layers)
+    for name, colour in (("unfavoured", "#c44e52"), ("favoured", "#4c72b0"), ("all", "#555555")):
+        v = np.asarray(getattr(g, name), dtype=float)
+        ax.semilogy(layers, np.nanmedian(v, axis=0), color=colour, lw=2 if name != "all" else 1,
+                    ls="-" if name != "all" else "--", label=f"{name} class" if name != "all" else "all samples")
+        if v.shape[0] >= 2:
+            lo, hi = np.nanquantile(v, [0.05, 0.95], axis=0)
+            ax.fill_between(layers, lo, hi, color=colour, alpha=0.2)
+    ax.set_xlabel("layer $l$")
+    ax.set_ylabel("mean $(\\partial \\ell / \\partial h^{(l)})^2$")
+    ax.legend(fontsize=8)
+    p = getattr(g, "params", {}) or {}
+    ax.set_title(title or f"{p.get('act', '')}: gradients per class at initialisation "
+                          f"($\\sigma_w^2$={p.get('sigma_w2', '?')}, $\\sigma_b^2$={p.get('sigma_b2', '?')})", fontsize=9)
     return _finish(fig, path)

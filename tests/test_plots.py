@@ -26,3 +26,23 @@ def test_figures_are_written(tmp_path):
     plots.divergence(sf.divergence("relu", 1.5, 0.1, depth=60), path=tmp_path / "c.png")
     plots.depth_curves(sf.propagate("erf", 3.0, 0.1, 30), path=tmp_path / "d.png")
     assert all(_png(tmp_path / f) for f in ("a.png", "r.png", "b.png", "c.png", "d.png"))
+
+
+def test_pooled_phase_diagram_draws_the_variance_criterion(tmp_path):
+    act = sf.activation("relu", pool="avg", k=2)
+    pd = sf.phase_diagram(act, np.linspace(0.5, 5, 10), np.linspace(0, 0.2, 3))
+    ax = plots.phase_diagram(pd, tmp_path / "p.png", act=act)
+    lines = [l for l in ax.get_lines() if "variance criterion" in l.get_label()]
+    assert len(lines) == 1 and np.allclose(lines[0].get_ydata(), 4 * np.pi / (np.pi + 1))   # MATH.md section 9
+    assert abs(plots._variance_criterion(sf.activation("relu", pool="max", k=2)) - 4 * np.pi / (3 * np.pi + 2)) < 1e-12
+    assert plots._variance_criterion(sf.activation("tanh")) is None and _png(tmp_path / "p.png")
+
+
+def test_class_gradient_and_simulation_figures(tmp_path):
+    g = sf.class_gradients("relu", width=64, depth=5, sigma_w2=2.5, sigma_b2=0.1, n_inputs=16, n_networks=3)
+    fig = plots.class_gradients(g, path=tmp_path / "g.png")
+    labels = [l.get_label() for l in fig.axes[0].get_lines()]
+    assert labels == ["unfavoured class", "favoured class", "all samples"] and _png(tmp_path / "g.png")
+    sim = sf.simulate("tanh", 300, 6, 2.5, 0.1, 16, n_networks=3)
+    fig = plots.depth_curves(sf.propagate("tanh", 2.5, 0.1, 6), sim=sim, path=tmp_path / "s.png")
+    assert "infinite width, P = 16" in [l.get_label() for l in fig.axes[1].get_lines()] and _png(tmp_path / "s.png")

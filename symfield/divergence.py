@@ -7,7 +7,8 @@ by least squares and report the law with the smaller root-mean-square residual; 
 gamma converges: its last step is below 1e-8 gamma, or its steps shrink geometrically at a
 constant ratio (then gamma* is the geometric extrapolation). gamma can pass 1e12, where
 1 - c cancels in float64, so closed-form maps are iterated in mpmath (``dps`` digits, default 40)
-carrying q and q12 exactly; maps without a closed form use the float64 recursion of
+carrying q and q12 exactly (dps doubles automatically whenever 1 - c falls below 10^-(dps - 15),
+so a deep ordered run never stalls into a false "finite"); maps without a closed form use the float64 recursion of
 :func:`symfield.propagate` and only layers with 1 - c > 1e-11 enter the fit.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from . import validate as check
 from .kernel import kernel
 
 CONVERGED = 1e-8
+MAX_DPS = 1000      # digits the mpmath recursion may grow to (dps doubles while 1 - c outgrows them)
 
 
 @dataclass(frozen=True)
@@ -36,14 +38,19 @@ class Divergence:
 
 
 def _gamma_mp(K, sw, sb, depth, dps):
+    """gamma per layer from the mpmath recursion at dps digits; None when 1 - c fell below
+    10^-(dps - 15) (the difference q - q12 has lost its digits: the caller retries at 2 dps)."""
     from .gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
     from .numeric import evaluate, to_mpf
     out = []
     with mpmath.workdps(dps):
         sw, sb = to_mpf(sw), to_mpf(sb)
+        floor = mpmath.mpf(10) ** (15 - dps)
         qa, qab = sw + sb, sb                       # layer 1 (linear), q0 = 1, qab0 = 0
         for _ in range(depth):
-            out.append(qab / (qa - qab) if qa != qab else mpmath.inf)
+            if qa - qab <= floor * qa:
+                return None
+            out.append(qab / (qa - qab))
             qa, qab = (sw * evaluate(K.V, (Q,), (qa,), K.kinks, dps) + sb,
                        sw * evaluate(K.C, (Q1, Q2, Q12), (qa, qa, qab), K.kinks, dps) + sb)
     return np.array([float(g) for g in out])
@@ -77,6 +84,12 @@ def divergence(act, sigma_w2, sigma_b2, depth=200, dps=40) -> Divergence:
     dps = check.integer("divergence", "dps", dps, lo=15, hi=1000)
     if K.closed_form:
         gamma = _gamma_mp(K, sw, sb, depth, dps)
+        while gamma is None:          # gamma ~ 1/(1 - c) outgrew the digits: more digits, never a stall
+            if dps >= MAX_DPS:
+                raise ArithmeticError(f"divergence: 1 - c fell below 1e-{MAX_DPS - 15} within {depth} layers "
+                                      f"(gamma beyond ~1e{MAX_DPS - 15}); use a smaller depth.")
+            dps = min(2 * dps, MAX_DPS)
+            gamma = _gamma_mp(K, sw, sb, depth, dps)
         usable = np.isfinite(gamma)
         precision = f"mpmath({dps})"
     else:

@@ -45,3 +45,11 @@ def test_divergence_bad_input():
         sf.divergence("relu", 1.5, 0.1, depth=5)
     with pytest.raises(ValueError, match="'sigma_w2' parameter of divergence"):
         sf.divergence("relu", float("nan"), 0.1)
+
+
+def test_deep_ordered_relu_raises_precision_instead_of_stalling():
+    """depth 400: gamma ~ (4/3)^400 ~ 1e50 outgrows 40 digits; the recursion must add digits and still
+    see the exponential law with rate ln(2/1.5) (not a false 'finite')."""
+    d = sf.divergence("relu", 1.5, 0.1, depth=400)
+    assert d.kind == "exponential" and abs(d.rate - math.log(2 / 1.5)) < 1e-6
+    assert int(d.precision.strip("mpmath()")) > 40 and d.gamma[-1] > 1e45

@@ -60,14 +60,20 @@ Flat pieces.  Where phi is constant (= y0) on an interval, ties have positive pr
 formulas stay exact for integrands that vanish there (dpsi2, dV, dC always; V, mean, C after the
 shift phi -> phi - y0: max_j phi = y0 + max_j (phi - y0)); several flat values are refused.
 
-mpmath (dps=N, 1-D maps): the same integral with F by mpmath root refinement of the float64
+mpmath (dps=N), 1-D maps: the same integral with F by mpmath root refinement of the float64
 roots, mpmath.quad (tanh-sinh) on the same panels, ArithmeticError when its error estimate
-exceeds 10^-N of the value.
+exceeds 10^-N of the value.  C, dC (argmax_expect2_mp, any k, 0 < |c| < 1): the two terms above on
+tensor rules, H as the sum of bivariate normal CDFs over boundary pairs (theta form of Plackett's
+identity, fixed-point Gauss-Legendre), P1, P2 by mpmath.ncdf, three-degree error control of
+quadrature._controlled in the natural scale, else ArithmeticError.  c = 0 and c = 1 (q1 = q2) via the
+1-D maps; |c| = 1 otherwise refused.  Slow (pure-Python mpmath, ~1e5 nodes, 4 CDFs each for abs):
+measured abs+max2 C at dps=8 66 s, dC at dps=15 ~100 s, gelu+max2 dC at dps=10 180 s (q = 1, c = 0.5).
 """
 from __future__ import annotations
 
 import math
 from fractions import Fraction
+from functools import lru_cache
 
 import mpmath
 import numpy as np
@@ -866,7 +872,12 @@ class LevelsMP:
 
     def measure(self, a, own, s):
         """F(a) = P(s z in A(a)) with own the node (its piece's root)."""
-        tot = mpmath.mpf(0)
+        return mpmath.fsum(sg * mpmath.ncdf(x / s) for x, sg in self.bounds(a, own))
+
+    def bounds(self, a, own):
+        """Boundaries of A(a) as (x, sign): F(A(a)) = sum sign G(x) for any CDF G; lower ends at -inf dropped,
+        upper ends at +inf kept; a boundary shared by touching intervals cancels and is dropped."""
+        out = []
         n = len(self.ends) - 1
         for p in range(n):
             l, r, yl, yr = self.ends[p], self.ends[p + 1], self.yend[p], self.yend[p + 1]
@@ -890,10 +901,13 @@ class LevelsMP:
                 if a < yl:
                     continue
                 lo, hi = l, r
-            lo = -mpmath.inf if p == 0 and lo == l else lo
             hi = mpmath.inf if p == n - 1 and hi == r else hi
-            tot += mpmath.ncdf(hi / s) - mpmath.ncdf(lo / s)
-        return tot
+            if out and out[-1][1] == 1 and out[-1][0] == lo:
+                out.pop()                    # [., lo] and [lo, hi] touch: one interval
+            elif not (p == 0 and lo == l):
+                out.append((lo, -1))
+            out.append((hi, 1))
+        return out
 
     def _guess(self, p, a):
         lv = self.lv
@@ -905,8 +919,9 @@ class LevelsMP:
         return x
 
 
-def argmax_expect1_mp(f, phi, dphi, q, k, lv, dps):
-    """E[f(u_A)] at dps digits (mpmath): panels as in the float64 rule, tanh-sinh on each."""
+def argmax_expect1_mp(f, phi, dphi, q, k, lv, dps, scale=0):
+    """E[f(u_A)] at dps digits (mpmath): panels as in the float64 rule, tanh-sinh on each; error <= 10^-dps
+    max(|value|, scale) (scale: a natural scale such as sqrt(E f(u_A)^2) when the value may vanish)."""
     q = mpmath.mpf(q)
     s = mpmath.sqrt(q)
     L = mpmath.sqrt(2 * (dps + 6) * mpmath.log(10)) + 1
@@ -937,7 +952,7 @@ def argmax_expect1_mp(f, phi, dphi, q, k, lv, dps):
         return f(u) * mlv.measure(phi(u), u, s) ** (k - 1) * mpmath.npdf(z)
     val, err = mpmath.quad(integrand, pts, error=True, maxdegree=8)
     val = k * val
-    if err * k > mpmath.mpf(10) ** (-dps) * max(abs(val), mpmath.mpf(10) ** (-2 * dps)):
+    if err * k > mpmath.mpf(10) ** (-dps) * max(abs(val), scale, mpmath.mpf(10) ** (-2 * dps)):
         raise ArithmeticError(f"max-pool (non-monotone phi) 1-D map at dps={dps}: mpmath.quad error estimate "
                               f"{mpmath.nstr(err * k, 3)} exceeds 10^-{dps} of the value {mpmath.nstr(val, 8)}.")
     return val
@@ -949,3 +964,197 @@ def _nearest_crit(mlv, phi, lv, x):
     fx = float(lv.phi(np.array([x]))[0])
     best = min(cands, key=lambda y: abs(float(y) - fx))
     return best if abs(float(best) - fx) <= 1e-9 * (1 + abs(fx)) else None
+
+
+# ---------------------------------------------------------------- mpmath, covariance maps
+@lru_cache(maxsize=32)
+def _gl_nodes(d, prec):
+    """Degree-d Gauss-Legendre rule of mpmath on [-1, 1] (3 2^(d-1) nodes): ((t, w), ...)."""
+    with mpmath.workprec(prec):
+        return tuple(mpmath.calculus.quadrature.GaussLegendre(mpmath.mp).calc_nodes(d, prec))
+
+
+@lru_cache(maxsize=32)
+def _ts_nodes(d, prec):
+    """tanh-sinh on [-1, 1], step 2^(1-d) (error ~ exp(-pi^2 2^(d-1))), |t| <= T where the weight is < 2^-prec."""
+    with mpmath.workprec(prec + 20):
+        h = mpmath.mpf(2) ** (1 - d)
+        out, j = [], 0
+        while True:
+            t = j * h
+            y = mpmath.pi / 2 * mpmath.sinh(t)
+            w = h * mpmath.pi / 2 * mpmath.cosh(t) / mpmath.cosh(y) ** 2
+            x = mpmath.tanh(y)
+            if w < mpmath.mpf(2) ** -prec or x == 1:
+                break
+            out += [(x, w)] if j == 0 else [(x, w), (-x, w)]
+            j += 1
+        return tuple(out)
+
+
+def _panel_rule(breaks, sing, d):
+    """(nodes, weights) of N(0, 1) (n(z) included) on the panels between sorted breaks: Gauss-Legendre of degree
+    d, tanh-sinh (step 2^(1-d)) on the panels with an end in `sing` (power-type singularities there)."""
+    prec = mpmath.mp.prec
+    zs, ws = [], []
+    for a, b in zip(breaks[:-1], breaks[1:]):
+        rule = _ts_nodes(d, prec) if (a in sing or b in sing) else _gl_nodes(d, prec)
+        hw, mid = (b - a) / 2, (a + b) / 2
+        for t, w in rule:
+            z = mid + hw * t
+            zs.append(z)
+            ws.append(hw * w * mpmath.npdf(z))
+    return zs, ws
+
+
+def _breakset(L, step, pts, tol):
+    """Sorted breakpoints on [-L, L]: multiples of step, the points pts inside, the ends (merged within tol)."""
+    zs = {-L, L} | {j * step for j in range(-int(L / step), int(L / step) + 1)} | {p for p in pts if -L < p < L}
+    out = []
+    for z in sorted(zs):
+        if not out or z - out[-1] > tol:
+            out.append(z)
+    out[-1] = L
+    return out
+
+
+class _BVN:
+    """F(h, k; c) = P(Z1 <= h, Z2 <= k), corr c, at mpmath precision by the theta form of Plackett's identity,
+        F(h, k; c) = F(h, k; c0) + (1/2 pi) int_{asin c0}^{asin c} exp(-(h^2 - 2 h k sin t + k^2)/(2 cos^2 t)) dt,
+    c0 = 0 (F = N(h) N(k)) for |c| <= 0.8, else c0 = sign(c) (F = N(min(h, k)) or max(0, N(h) + N(k) - 1)),
+    Gauss-Legendre of degree d in t (entire integrand on the interval), summed in fixed point (prec + 40 bits)."""
+
+    def __init__(self, c, d):
+        from mpmath.libmp import to_fixed
+        from mpmath.libmp.libelefun import ln2_fixed
+        self.bits = bits = mpmath.mp.prec + 40
+        self.fx = lambda v: to_fixed(mpmath.mpf(v)._mpf_, bits)
+        self.ln2 = ln2_fixed(bits)
+        self.cut = -bits * self.ln2 - (8 << bits)
+        self.c0 = 0 if abs(c) <= mpmath.mpf("0.8") else (1 if c > 0 else -1)
+        a, b = mpmath.asin(self.c0), mpmath.asin(c)
+        hw, mid = (b - a) / 2, (a + b) / 2
+        self.nodes = []
+        for t, w in _gl_nodes(d, mpmath.mp.prec):
+            th = mid + hw * t
+            cs = mpmath.cos(th)
+            self.nodes.append((self.fx(2 * mpmath.sin(th)), self.fx(-1 / (2 * cs * cs)), self.fx(hw * w / (2 * mpmath.pi))))
+
+    def prep(self, h):
+        """(h, N(h), fixed-point h, h^2) for a boundary (h may be +inf)."""
+        Nh = mpmath.ncdf(h)
+        return (h, Nh, None, None) if h == mpmath.inf else (h, Nh, self.fx(h), self.fx(h * h))
+
+    def __call__(self, H, K):
+        """F(h, k; c) from prep(h), prep(k)."""
+        h, Nh, hI, h2 = H
+        k, Nk, kI, k2 = K
+        if hI is None:
+            return Nk
+        if kI is None:
+            return Nh
+        from mpmath.libmp.libelefun import exp_fixed
+        bits, ln2, cut = self.bits, self.ln2, self.cut
+        hh, hk = h2 + k2, (hI * kI) >> bits
+        tot = 0
+        for sI, eI, wI in self.nodes:
+            x = ((hh - ((hk * sI) >> bits)) * eI) >> bits
+            if x > cut:
+                tot += wI * exp_fixed(x, bits, ln2)
+        val = mpmath.mpf((tot, -2 * bits))
+        if self.c0 == 0:
+            return Nh * Nk + val
+        return (min(Nh, Nk) if self.c0 > 0 else max(mpmath.mpf(0), Nh + Nk - 1)) + val
+
+
+def argmax_expect2_mp(f, g, phi, dphi, q1, q2, q12, k, lv, N, argmax_only=False):
+    """E[f(u_A) g(v_B)] (argmax_only: its A = B term, = dC for f = g = phi') at N digits (mpmath), 0 < |c| < 1.
+
+    The float64 formula (module docstring) with every factor at working precision:
+        k E[f(u) g(v) H^(k-1)] (one pair)  +  k(k-1) E[f(u) g(v) H^(k-2) P1 P2] (u, v independent),
+    H(phi(u), phi(v)) = sum_{i,j} s_i s_j F(alpha_i/s1, beta_j/s2; c) over the boundaries alpha_i of A(phi(u)) and
+    beta_j of A(phi(v)) (LevelsMP.bounds: mpmath roots, the node itself exact), F by _BVN;
+    P1 = sum_j s_j N((beta_j - c'u)/s_c), P2 = sum_i s_i N((alpha_i - c''v)/s_c2).
+    Rule: tensor product in (s = u/s1, z = (v - c'u)/s_c) (first term) and (s, t = v/s2) (second), panels of width
+    min(gw, h/scale) on [-L, L] (_plan(N)) broken at phi's special points (turning points, kinks, preimages of
+    critical values) and, outer, at their images v*/c'; Gauss-Legendre of degree d, tanh-sinh on panels ending at
+    a preimage of a critical value (F_q(phi(u)) has a power singularity there).  Error control:
+    quadrature._controlled (degrees d-2, d-1, d, also of _BVN's rule; panel halvings; ArithmeticError), scale
+    S = max(|value|, min(1, E|f(u_A) g(v_B)|)) <= sqrt(V(q1) V(q2)) for C, sqrt(dpsi2 dpsi2) for dC (Cauchy-Schwarz)."""
+    from .quadrature import GUARD, _controlled
+    q1, q2, q12 = (mpmath.mpf(v) for v in (q1, q2, q12))
+    s1, s2 = mpmath.sqrt(q1), mpmath.sqrt(q2)
+    with mpmath.workprec(2 * mpmath.mp.prec + 20):
+        r = mpmath.sqrt((q1 * q2 - q12 * q12) / (q1 * q2))
+    c = q12 / (s1 * s2)
+    cp, sc = c * s2 / s1, s2 * r             # v | u ~ N(c'u, s_c^2)
+    cpp, sc2 = c * s1 / s2, s1 * r           # u | v ~ N(c''v, s_c2^2)
+    Lm = mpmath.sqrt(2 * (N + 6) * mpmath.log(10)) + 1
+    m1, m2 = LevelsMP(lv, phi, dphi, Lm * s1), LevelsMP(lv, phi, dphi, Lm * s2)
+
+    def exact(x):                            # a singular point to working precision (root of phi = critical value)
+        x = mpmath.mpf(x)
+        y = _nearest_crit(m1, phi, lv, float(x))
+        if y is None:
+            return x
+        try:
+            return mpmath.findroot(lambda t: phi(t) - y, x, tol=mpmath.mpf(10) ** (-2 * mpmath.mp.dps))
+        except (ValueError, ZeroDivisionError):
+            return x
+    plain = [mpmath.mpf(x) for x in lv.plain] + [x for x in m1.ends[1:-1]]
+    sing = [exact(x) for x in lv.sing]
+    tol = mpmath.mpf(10) ** -(N + GUARD)
+
+
+    def level(P, d, want_abs):
+        L, gw, h = P[:3]
+
+        def std(B, s):
+            return [(bvn.prep(x / s), sg) for x, sg in B]
+        bvn = _BVN(c, max(d - 1, 1))         # the theta rule one degree lower (smooth on a short interval)
+
+        def H(Ba, Bb):
+            return mpmath.fsum(sa * sb * bvn(a, b) for a, sa in Ba for b, sb in Bb)
+        so = [x / s1 for x in plain + sing] + [x / (cp * s1) for x in plain + sing]
+        sS = set(x / s1 for x in sing)
+        ss, ws = _panel_rule(_breakset(L, min(gw, h / s1), so, tol), sS, d)
+        if not argmax_only:                  # second term: t = v/s2 grid shared by the rows
+            sT = set(x / s2 for x in sing)
+            ts, wt = _panel_rule(_breakset(L, min(gw, h / s2), [x / s2 for x in plain + sing], tol), sT, d)
+            vs = [s2 * t for t in ts]
+            rowT = [(w * g(v), v, m2.bounds(phi(v), v)) for v, w in zip(vs, wt)]
+            rowT = [(a, v, B, std(B, s2)) for a, v, B in rowT if a != 0]
+        tot, tabs = [], []
+        for s, w in zip(ss, ws):
+            u = s1 * s
+            fu = f(u)
+            if fu == 0:
+                continue
+            Bu = m1.bounds(phi(u), u)
+            Ba = std(Bu, s1)
+            mu = cp * u
+            zs, wz = _panel_rule(_breakset(L, min(gw, h / sc), [(x - mu) / sc for x in plain + sing], tol),
+                                 set((x - mu) / sc for x in sing), d)
+            acc, aab = [], []
+            for z, wzi in zip(zs, wz):
+                v = mu + sc * z
+                gv = g(v)
+                if gv == 0:
+                    continue
+                Hv = H(Ba, std(m2.bounds(phi(v), v), s2))
+                t1 = k * wzi * gv * (Hv ** (k - 1) if k > 1 else 1)
+                acc.append(t1)
+            if not argmax_only:
+                for wg, v, Bv, Bvs in rowT:
+                    P1 = mpmath.fsum(sg * mpmath.ncdf((x - mu) / sc) for x, sg in Bv)
+                    P2 = mpmath.fsum(sg * mpmath.ncdf((x - cpp * v) / sc2) for x, sg in Bu)
+                    t2 = k * (k - 1) * wg * P1 * P2
+                    if k > 2:
+                        t2 *= H(Ba, Bvs) ** (k - 2)
+                    acc.append(t2)
+            row = mpmath.fsum(acc)
+            tot.append(w * fu * row)
+            if want_abs:
+                tabs.append(abs(w * fu) * mpmath.fsum(abs(x) for x in acc))
+        return mpmath.fsum(tot), (mpmath.fsum(tabs) if want_abs else None)
+    return _controlled(level, N, "max-pool covariance (non-monotone phi, level sets)")

@@ -29,8 +29,8 @@ A the argmax node.  With F_Y(y; q) = P(phi(sqrt(q) z) <= y), measured on the sub
 the pair (u_A, v_B) of two inputs has density k H^(k-1) rho + k(k-1) H^(k-2) P1 P2 n n
 (H(a, b) = P(phi(u) <= a, phi(v) <= b), P1, P2 the conditional probabilities of the other node of each
 pair).  For monotone phi these are the order-statistic formulas above.  Kinds ("full1", k, f, phi) and
-("full2", k, f, g, phi, argmax_only); numbers from levelsets.argmax_expect1/2 (float64; dps= for the 1-D
-maps only: the covariance maps C, dC of a non-monotone phi refuse dps=).
+("full2", k, f, g, phi, argmax_only); numbers from levelsets.argmax_expect1/2 (float64) and argmax_expect1_mp/2_mp
+(dps=N; C, dC refused at |c| = 1 with q1 != q2 and for flat pieces at nonzero values; slow: minutes).
 """
 from __future__ import annotations
 

@@ -33,7 +33,8 @@ Max-pool (order statistics, MATH.md section 4): max_expect1 (1-D) and max_expect
 integral, C and dC) in float64 and at dps=N with the same plan and three-degree control; the mpmath
 h_k rule (_max2_mp) gets F(s, t; c) along each inner row as a running integral on the row's own
 Gauss-Legendre nodes, in fixed-point integers.  Measured (dps=20, one core, shared machine): relu or
-tanh, k = 2..8, q ~ 1: 2-5 s; tanh at q = 10: 10-30 s; dps=30: ~3x the dps=20 time.
+tanh, k = 2..8, q ~ 1: 2-5 s; tanh at q = 10: 10-30 s; dps=30: ~3x the dps=20 time.  Non-monotone phi (_levels_pool): levelsets.py,
+dps= also for C and dC (levelsets.argmax_expect2_mp, same _controlled; minutes per value).
 """
 from __future__ import annotations
 
@@ -730,11 +731,34 @@ def _levels_pool(entry, kinks, dps, vectorise, numpy_modules):
                 return LS.argmax_expect1(fs[0], qv, k, L)
             return coef[0] + sum(c * LS.argmax_expect1(fs[m], qv, k, L) for m, c in enumerate(coef) if m and c)
         return lambda qv: _vec(one, (qv,), None)
-    if dps is not None:
-        raise NotImplementedError("dps= is not available for the max-pool covariance maps of a non-monotone activation "
-                                  "(level-set quadrature, float64 only).")
     f, g, argmax_only = entry[2], entry[3], entry[5]
     cf, cg = lower(f), lower(g)
+    if dps is not None:
+        if cf is not None or cg is not None:
+            raise NotImplementedError("dps= is not available for the max-pool covariance of an activation with a flat "
+                                      "piece at a nonzero value.")
+        fm, gm, pm, dm = (vectorise(e, "mpmath") for e in (f, g, pt, sp.diff(pt, x)))
+
+        def run2_mp(a, b, c):
+            with mpmath.workdps(dps + GUARD):
+                a, b, c = (mpmath.mpf(v) for v in (a, b, c))
+                L = lv(math.sqrt(float(max(a, b))))
+                with mpmath.workprec(2 * mpmath.mp.prec + 20):
+                    det = a * b - c * c
+                if c == 0:              # independent argmax nodes; A = B with probability 1/k
+                    e1 = []
+                    for h, qv in ((fm, a), (gm, b)):   # error <= 10^-dps sqrt(E h(u_A)^2) per factor (natural scale)
+                        Lq = lv(math.sqrt(float(qv)))
+                        sc = mpmath.sqrt(LS.argmax_expect1_mp(lambda t: h(t) ** 2, pm, dm, qv, k, Lq, dps))
+                        e1.append(LS.argmax_expect1_mp(h, pm, dm, qv, k, Lq, dps, scale=sc))
+                    return e1[0] * e1[1] / k if argmax_only else e1[0] * e1[1]
+                if det <= 0 and c > 0 and a == b:   # v = u: A = B
+                    return LS.argmax_expect1_mp(lambda t: fm(t) * gm(t), pm, dm, a, k, L, dps)
+                if det <= 0:
+                    raise NotImplementedError("dps= for the max-pool covariance maps of a non-monotone activation "
+                                              "at |c| = 1 is available only for c = 1, q1 = q2.")
+                return LS.argmax_expect2_mp(fm, gm, pm, dm, a, b, c, k, L, dps, argmax_only)
+        return run2_mp
     if cf is not None or cg is not None:
         if not (cf == [y0, 1.0] and cg == [y0, 1.0]):
             raise NotImplementedError("max-pool of an activation with a flat piece: covariance integrand not supported.")

@@ -297,13 +297,16 @@ def test_non_monotone_max_warns_and_declares_the_level_set_method():
 
 
 def test_dps_on_the_covariance_integral_is_refused_clearly():
-    """Monotone phi has dps= for C and dC (tests/test_pool_mp.py); the non-monotone (level-set) covariance
-    maps are float64 only, and say so."""
+    """Non-monotone (level-set) C and dC have dps= (tests/test_pool_levels_mp.py) except at |c| = 1 with q1 != q2
+    and, for C, with a flat piece at a nonzero value (ties); those are refused and say so."""
     with pytest.warns(UserWarning, match="not monotone"):
         act = sf.activation("abs", pool="max", k=2)
     for m in ("C", "dC"):
-        with pytest.raises(NotImplementedError, match=r"dps= is not available .* non-monotone .*float64 only"):
-            sf.map_value(act, m, 1.0, 1.0, 0.5, dps=20)
+        with pytest.raises(NotImplementedError, match=r"dps= .* non-monotone .*\|c\| = 1"):
+            sf.map_value(act, m, 1.0, 4.0, -2.0, dps=20)
+    flat = nm("relu(1 - x**2) + 0.5", 2)
+    with pytest.raises(NotImplementedError, match="flat piece at a nonzero value"):
+        sf.C(flat, 1.0, 1.0, 0.5, dps=20)
     assert sf.map_value(act, "V", 1.0, dps=20) > 0     # the 1-D maps of the same activation do have dps=
 
 
@@ -634,8 +637,8 @@ def test_refusals_non_monotone():
     phi = sp.Max(1 - x ** 2, 0) + 2 * sp.Max(x - 3, 0) - 2 * sp.Max(x - 4, 0)   # flat at 0 and at 2
     with pytest.raises(NotImplementedError, match="constant at several different values"):
         Q.pool_impl(("full1", 2, phi ** 2, phi), kinks(phi), None, numeric._vectorised, numeric._NUMPY)
-    with pytest.raises(NotImplementedError, match="float64 only"):
-        sf.C(nm("abs", 2), 1.0, 1.0, 0.5, dps=20)
+    with pytest.raises(NotImplementedError, match=r"\|c\| = 1"):
+        sf.C(nm("abs", 2), 1.0, 2.0, 2 ** 0.5, dps=20)
 
 
 @pytest.mark.slow

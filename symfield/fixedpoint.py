@@ -461,7 +461,8 @@ def _descend(M, sw):
     frozen = np.zeros(sw.shape, bool)
     small = np.nonzero((q <= Q_DESCENT) & (q > 0))[0]
     if small.size:
-        qi, ci = q[small], c[small]
+        ci = c[small]        # displacement of the limit map at two fixed small q (not at the last q,
+        qi = np.full(ci.shape, Q_DESCENT)   # which can be far below where C/V keeps its relative digits)
         d1 = M.C(qi, ci) / M.V(qi) - ci
         d2 = M.C(qi / 16, ci) / M.V(qi / 16) - ci
         frozen[small] = np.abs(d2) <= 0.5 * np.abs(d1) + G_TOL   # drift ~ q^a, a >= 1/4

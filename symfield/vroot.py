@@ -36,7 +36,7 @@ def vroot(f, lo, hi, flo, fhi, rtol=4e-16, maxiter=200):
         hi[idx] = np.where(same, b, m)
         fhi[idx] = np.where(same, new_fb, fm)
         keep[idx] = np.where(same, -1, 1)
-        done = (fm == 0) | (hi[idx] - lo[idx] <= rtol * np.maximum(np.abs(lo[idx]), np.abs(hi[idx])))
+        done = (fm == 0) | (np.abs(hi[idx] - lo[idx]) <= rtol * np.maximum(np.abs(lo[idx]), np.abs(hi[idx])))
         x[idx[done]] = np.where(fm[done] == 0, m[done], 0.5 * (lo[idx[done]] + hi[idx[done]]))
         active[idx[done]] = False
     rest = np.isnan(x)

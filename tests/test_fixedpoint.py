@@ -298,7 +298,8 @@ def test_c_star_where_q_star_is_zero_is_the_limit_of_the_recursion(name, sw):
 
 def test_c_star_quadratic_at_zero_goes_to_the_limit_map_root():
     """x erf(x) ~ (2/sqrt(pi)) x^2 at 0: C/V -> (1 + 2c^2)/3 as q -> 0, whose stable root is 1/2."""
-    assert abs(sf.c_star("x*erf(x)", 1 / 3, 0.0) - 0.5) <= 1e-6
+    for sw in (1 / 3, 1.0):             # from c = 0.49 (below the root) and c = 0.56 (above it)
+        assert abs(sf.c_star("x*erf(x)", sw, 0.0) - 0.5) <= 1e-6
 
 
 def test_q_star_where_the_recursion_climbs_away_from_zero():
@@ -309,3 +310,11 @@ def test_q_star_where_the_recursion_climbs_away_from_zero():
     r = sf.propagate("x*erf(x)", 2.0, 0.0, 30, layers=[30])
     assert r.q[-1] > 1e6
     assert sf.q_star("x*erf(x)", 0.5, 0.0) == 0.0
+
+
+def test_vroot_reversed_bracket():
+    """Brackets may come as (lo, hi) with lo > hi (the c* scan moving down from c^(1))."""
+    from symfield.vroot import vroot
+    f = lambda x, j: x * x - 2.0
+    x = vroot(f, np.array([1.9, 1.0]), np.array([1.0, 1.9]), np.array([1.61, -1.0]), np.array([-1.0, 1.61]))
+    assert np.all(np.abs(x - math.sqrt(2)) <= 4e-16 * math.sqrt(2))

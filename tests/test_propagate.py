@@ -299,3 +299,19 @@ def test_numpy_path_equals_generated_path():
         for x, y in zip(a[:3], b[:3]):
             if x.size:
                 np.testing.assert_allclose(x, y, rtol=1e-13, equal_nan=True)
+
+
+@pytest.mark.parametrize("method", ["quadrature", pytest.param("table", marks=pytest.mark.slow)])
+def test_tanh_max2_matches_the_mpmath_maps(method):
+    """tanh + max2 (no closed form; order-statistic h_2 integrals): propagate's layers against the
+    recursion of the mpmath maps sf.q_map / sf.qab_map at dps 20 (MATH.md section 4), to 1e-12."""
+    import mpmath as mp
+    act = sf.activation("tanh", pool="max", k=2)
+    sw, sb, depth = 2.5, 0.1, 3
+    r = sf.propagate(act, [sw], [sb], depth, method=method)
+    with mp.workdps(30):
+        q, qab = mp.mpf("2.5") + mp.mpf("0.1"), mp.mpf("0.1")          # layer 1 is linear
+        for layer in range(2, depth + 1):
+            q, qab = (sf.q_map(act, q, sw, sb, dps=20), sf.qab_map(act, q, q, qab, sw, sb, dps=20))
+            assert abs(r.q[layer - 1, 0] - float(q)) <= 1e-12 * float(q)
+            assert abs(r.qab[layer - 1, 0] - float(qab)) <= 1e-12 * float(q)

@@ -190,7 +190,9 @@ def cmd_qstar(args):
 def cmd_eoc(args):
     from .fixedpoint import eoc
     e = eoc(_act(args), args.sigma_b2, dps=args.dps)
-    _print(args, {k: _number(getattr(e, k), args.dps) for k in ("sigma_b2", "sigma_w2", "q_star")})
+    out = {k: _number(getattr(e, k), args.dps) for k in ("sigma_b2", "sigma_w2", "q_star")}
+    out["q_slope"] = f"{e.q_slope:.6g}" + ("" if e.stable else " (> 1: q* is unstable, the recursion does not reach it)")
+    _print(args, out)
     return 0
 
 

@@ -242,10 +242,19 @@ def _on_grid(func, act, sigma_w2, sigma_b2, dps, vec, point_mp):
 
 @dataclass(frozen=True)
 class EOC:
-    """A point of the edge-of-chaos curve: chi1(q*) = 1 with q* = sigma_w2 V(q*) + sigma_b2."""
+    """A point of the edge-of-chaos curve: chi1(q*) = 1 with q* = sigma_w2 V(q*) + sigma_b2.
+
+    ``q_slope`` = sigma_w2 V'(q*) (float64), the slope of the variance map there: above 1 this q* is
+    an UNSTABLE fixed point, which the recursion from q^(1) does not reach (e.g. x erf(x) at small
+    sigma_b2: the network's q runs away although chi1(q*) = 1); ``stable`` says which."""
     sigma_b2: float
     sigma_w2: float
     q_star: float
+    q_slope: float = math.nan
+
+    @property
+    def stable(self) -> bool:
+        return bool(self.q_slope <= 1)
 
 
 def _eoc_scalar(K, sb, dps):
@@ -338,10 +347,12 @@ def eoc(act, sigma_b2, dps=None) -> EOC:
     dps = check.dps("eoc", dps)
     sb = float(check.real("eoc", "sigma_b2", sigma_b2, lo=0))
     sw, qs = _eoc_scalar(K, sb, dps)
+    slope = float(sw) * float(evaluate(K.dV, (Q,), (max(float(qs), 1e-300),), K.kinks)) if float(qs) > 0 else float(sw) * float(
+        evaluate(K.dpsi2, (Q,), (1e-40,), K.kinks))      # q* = 0: V'(0+) = E[psi'^2](0+) (psi(0) = 0)
     if dps is not None:
         with mpmath.workdps(dps):
             sb = to_mpf(sb)
-    return EOC(sigma_b2=sb, sigma_w2=sw, q_star=qs)
+    return EOC(sigma_b2=sb, sigma_w2=sw, q_star=qs, q_slope=slope)
 
 
 def eoc_curve(act, sigma_b2, dps=None):

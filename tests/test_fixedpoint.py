@@ -318,3 +318,16 @@ def test_vroot_reversed_bracket():
     f = lambda x, j: x * x - 2.0
     x = vroot(f, np.array([1.9, 1.0]), np.array([1.0, 1.9]), np.array([1.61, -1.0]), np.array([-1.0, 1.61]))
     assert np.all(np.abs(x - math.sqrt(2)) <= 4e-16 * math.sqrt(2))
+
+
+def test_eoc_reports_the_stability_of_its_q_star():
+    """tanh: the EOC q* is a stable fixed point of the variance map (slope < 1; = 1 at sigma_b2 = 0).
+    x erf(x) at sigma_b2 = 0.02: q* = 0.0936 with slope ~1.38 > 1 (unstable: the recursion from
+    q^(1) runs away, sf.q_star is inf there)."""
+    e = sf.eoc("tanh", 0.05)
+    ref = e.sigma_w2 * float(mp.diff(lambda t: mp_expect1(lambda x: mp.tanh(x) ** 2, t, dps=30), e.q_star))
+    assert e.stable and abs(e.q_slope - ref) <= 1e-9
+    assert sf.eoc("tanh", 0.0).q_slope == pytest.approx(1.0, abs=1e-12)
+    u = sf.eoc("x*erf(x)", 0.02)
+    assert not u.stable and 1.3 < u.q_slope < 1.45
+    assert sf.q_star("x*erf(x)", u.sigma_w2, 0.02) == math.inf

@@ -17,9 +17,12 @@ SHORT = {"ordered-deep-prejudice": "ordered\ndeep prejudice", "edge-of-chaos": "
 
 
 def _pyplot():
+    import os
+
     import matplotlib
-    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
-        matplotlib.use("Agg")
+    name = matplotlib.get_backend().lower()     # notebooks: "inline" (IPython 9) or "module://...inline"
+    if "inline" not in name and name != "agg" and not os.environ.get("DISPLAY"):
+        matplotlib.use("Agg")                   # headless: never try a GUI backend
     import matplotlib.pyplot as plt
     return plt
 

@@ -297,10 +297,15 @@ def cmd_phase(args):
     print(f"{pd.act}: {sw.size} x {sb.size} grid (sigma_w2 x sigma_b2) in {seconds:.2f} s")
     for name, n in summary["counts"].items():
         print(f"  {name:24s} {n}")
+    _say_files(out, plot)
+    return 0
+
+
+def _say_files(out, plot):
+    """Name the files a command wrote (after its summary)."""
     for label, path in (("data", out), ("plot", plot)):
         if path:
             print(f"{label}: {path}")
-    return 0
 
 
 def cmd_divergence(args):
@@ -324,9 +329,7 @@ def cmd_divergence(args):
         return 0
     _print(args, {"kind": d.kind, value[0]: repr(float(value[1])), "precision": d.precision,
                   **{f"rms_{k}": f"{v:.3g}" for k, v in d.rms.items()}})
-    for label, path in (("data", out), ("plot", plot)):
-        if path:
-            print(f"{label}: {path}")
+    _say_files(out, plot)
     return 0
 
 
@@ -357,8 +360,6 @@ def cmd_simulate(args):
 
 
 def cmd_gradients(args):
-    import numpy as np
-
     from .simulate import class_gradients
     out, plot = _files(args)
     g = class_gradients(_act(args), args.width, args.depth, args.sigma_w2, args.sigma_b2, args.n_inputs,

@@ -77,21 +77,18 @@ def build_parser():
     p.add_argument("--sigma-b2", type=float, required=True)
     _dps(p)
 
-    p = _sub(sub, "eoc-curve", "edge-of-chaos line: sigma_w2 and q* for each sigma_b2 of a range",
+    for name, what, default, examples in (
+            ("eoc-curve", "edge-of-chaos line: sigma_w2 and q* for each sigma_b2 of a range", "0:0.2:21",
              ["symfield eoc-curve tanh --sigma-b2 0:0.3:31", "symfield eoc-curve erf --sigma-b2 0.01:0.2:5 --dps 30 -o erf-eoc.csv",
-              "symfield eoc-curve tanh --pool avg --k 2 --sigma-b2 0:0.2:21 -o eoc.nc --json"])
-    _common(p)
-    p.add_argument("--sigma-b2", default="0:0.2:21", help="start:stop:num or a number (default 0:0.2:21)")
-    _dps(p)
-    _files(p)
-
-    p = _sub(sub, "neutrality", "neutrality line c* = 1/2: sigma_w2 for each sigma_b2 > 0",
+              "symfield eoc-curve tanh --pool avg --k 2 --sigma-b2 0:0.2:21 -o eoc.nc --json"]),
+            ("neutrality", "neutrality line c* = 1/2: sigma_w2 for each sigma_b2 > 0", "0.01:0.2:20",
              ["symfield neutrality tanh --sigma-b2 0.1", "symfield neutrality erf --sigma-b2 0.01:0.2:20 -o neutral.npz",
-              "symfield neutrality tanh --sigma-b2 0.05 --dps 30 --json"])
-    _common(p)
-    p.add_argument("--sigma-b2", default="0.01:0.2:20", help="start:stop:num or a number (default 0.01:0.2:20)")
-    _dps(p)
-    _files(p)
+              "symfield neutrality tanh --sigma-b2 0.05 --dps 30 --json"])):
+        p = _sub(sub, name, what, examples)         # one parser shape for both lines (cli.cmd_line runs both)
+        _common(p)
+        p.add_argument("--sigma-b2", default=default, help=f"start:stop:num or a number (default {default})")
+        _dps(p)
+        _files(p)
 
     p = _sub(sub, "propagate", "q, qab, c, gamma per layer at one (sigma_w2, sigma_b2)",
              ["symfield propagate relu --sigma-w2 2.5 --sigma-b2 0.1 --depth 30",

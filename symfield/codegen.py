@@ -352,6 +352,22 @@ def cache_dir() -> Path:
     return Path(xdg) / "symfield" / "codegen"
 
 
+def save_npz(path: Path, arrays: dict):
+    """Write ``arrays`` to ``path`` (.npz) atomically: temporary file + rename, removed on failure, so
+    concurrent processes never read a partial cache file (tables, 1-D tables)."""
+    import numpy as np
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp_", suffix=".npz")
+    os.close(fd)
+    try:
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def write_source(slug: str, src: str) -> Path:
     """Write ``src`` as cache_dir()/sf_<slug>_<hash>.py (if absent, atomically); returns the path."""
     digest = hashlib.sha256(src.encode()).hexdigest()[:20]

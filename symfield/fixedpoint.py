@@ -347,8 +347,11 @@ def eoc(act, sigma_b2, dps=None) -> EOC:
     dps = check.dps("eoc", dps)
     sb = float(check.real("eoc", "sigma_b2", sigma_b2, lo=0))
     sw, qs = _eoc_scalar(K, sb, dps)
-    slope = float(sw) * float(evaluate(K.dV, (Q,), (max(float(qs), 1e-300),), K.kinks)) if float(qs) > 0 else float(sw) * float(
-        evaluate(K.dpsi2, (Q,), (1e-40,), K.kinks))      # q* = 0: V'(0+) = E[psi'^2](0+) (psi(0) = 0)
+    if float(qs) > 0:
+        dV = evaluate(K.dV, (Q,), (float(qs),), K.kinks)
+    else:                          # q* = 0 (psi(0) = 0): V'(0+) = E[psi'^2](0+)
+        dV = evaluate(K.dpsi2, (Q,), (1e-40,), K.kinks)
+    slope = float(sw) * float(dV)
     if dps is not None:
         with mpmath.workdps(dps):
             sb = to_mpf(sb)

@@ -1135,7 +1135,7 @@ def argmax_expect2_mp(f, g, phi, dphi, q1, q2, q12, k, lv, N, argmax_only=False)
             mu = cp * u
             zs, wz = _panel_rule(_breakset(L, min(gw, h / sc), [(x - mu) / sc for x in plain + sing], tol),
                                  set((x - mu) / sc for x in sing), d)
-            acc, aab = [], []
+            acc = []
             for z, wzi in zip(zs, wz):
                 v = mu + sc * z
                 gv = g(v)

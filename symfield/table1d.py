@@ -15,8 +15,6 @@ parameters and the symfield version.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 
 import numpy as np
 
@@ -51,13 +49,9 @@ class Table1D:
             return False    # absent or unreadable: rebuilt
 
     def _save(self, path):
-        """Atomic write (temporary file + rename): concurrent processes never see a partial table."""
+        from .codegen import save_npz
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp_", suffix=".npz")
-            os.close(fd)
-            np.savez(tmp, lo=self.lo, hi=self.hi, coef=self.coef, error=self.error)
-            os.replace(tmp, path)
+            save_npz(path, dict(lo=self.lo, hi=self.hi, coef=self.coef, error=self.error))
         except OSError:
             pass            # read-only cache: the table still works in this process
 

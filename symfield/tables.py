@@ -48,8 +48,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -873,15 +871,8 @@ def save(T):
         for j, (_, _, coef) in enumerate(pn.cells):
             data[f"c{p}_{j}"] = coef
     data["meta"] = np.array(json.dumps(meta, sort_keys=True))
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp_", suffix=".npz")
-    os.close(fd)
-    try:
-        np.savez(tmp, **data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from .codegen import save_npz
+    save_npz(path, data)
     T.info["path"] = str(path)
 
 

@@ -1,16 +1,42 @@
-"""symfield: exact mean-field theory of wide random neural networks at initialisation."""
-from . import igb
-from .activation import Activation, activation, activations
-from .derive import derive
-from .divergence import divergence
-from .finite_width import finite_width
-from .fixedpoint import c_star, eoc, eoc_curve, neutrality, phase, q_star, xi_c, xi_q
-from .phase_diagram import PhaseDiagram, phase_diagram
-from .kernel import Kernel, kernel
-from .maps import C, V, chi1, chi1_tilde, map_value, q_growth, q_map, qab_map
-from .propagate import propagate
-from .simulate import class_gradients, finite_data_gamma, simulate
-from .sweep import SweepResult, sweep
-from .verify import verify
+"""symfield: exact mean-field theory of wide random neural networks at initialisation.
 
-__version__ = "0.1.0"
+This module is the public face of the package: it re-exports exactly the documented API
+(``__all__``). The layers below it -- ``core`` (validation, version, cache, time limits),
+``symbolic`` (formulas, activations, Gaussian expectations, kernels, pools), ``numeric``
+(evaluation, quadrature, tables, generated code), ``theory`` (maps, fixed points, phases,
+recursions, finite width, IGB), ``simulate``, ``reports``/``io``, ``sweep`` and ``cli`` --
+stay importable, and each imports only from the layers before it (tests/test_layers.py).
+The theory is written up in docs/theory.md.
+"""
+from symfield.core.version import __version__
+from symfield.reports.bench import bench
+from symfield.reports.derive import derive
+from symfield.reports.verify import verify
+from symfield.simulate import class_gradients, finite_data_gamma, simulate
+from symfield.sweep import SweepResult, sweep
+from symfield.symbolic.activation import Activation, activation, activations
+from symfield.symbolic.kernel import Kernel, kernel
+from symfield.theory import igb
+from symfield.theory.divergence import divergence
+from symfield.theory.finite_width import finite_width
+from symfield.theory.fixedpoint import c_star, eoc, eoc_curve, neutrality, phase, q_star, xi_c, xi_q
+from symfield.theory.maps import C, V, chi1, chi1_tilde, map_value, q_growth, q_map, qab_map
+from symfield.theory.phase_diagram import PhaseDiagram, phase_diagram
+from symfield.theory.propagate import propagate
+
+__all__ = [
+    "__version__",
+    # activations and symbolic kernels
+    "Activation", "activation", "activations", "Kernel", "kernel",
+    # maps in numbers
+    "V", "C", "map_value", "q_map", "qab_map", "chi1", "chi1_tilde", "q_growth",
+    # fixed points, lines, phases
+    "q_star", "c_star", "xi_q", "xi_c", "eoc", "eoc_curve", "neutrality", "phase",
+    "PhaseDiagram", "phase_diagram",
+    # recursions
+    "propagate", "divergence", "finite_width", "igb",
+    # finite width by simulation
+    "simulate", "class_gradients", "finite_data_gamma",
+    # reports and sweeps
+    "derive", "verify", "bench", "sweep", "SweepResult",
+]

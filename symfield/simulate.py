@@ -50,9 +50,10 @@ import mpmath
 import numpy as np
 import sympy as sp
 
-from . import validate as check
-from .activation import Activation, activation
-from .formula import X as x
+from symfield.core import validate as check
+from symfield.core.files import save_npz
+from symfield.symbolic.activation import Activation, activation
+from symfield.symbolic.formula import X as x
 
 _F = "simulate"
 QUANTILES = (0.05, 0.5, 0.95)
@@ -61,12 +62,12 @@ BATCH_ELEMENTS = 1 << 22  # networks are batched so that a batch holds ~4M pre-a
 
 
 # ---------------------------------------------------------------- activation in numbers
-_NUMPY = [{"Heaviside": lambda a, h=0.5: np.heaviside(a, h)}, "scipy", "numpy"]
+NUMPY_MODULES = [{"Heaviside": lambda a, h=0.5: np.heaviside(a, h)}, "scipy", "numpy"]
 
 
 def _numpy_fn(expr):
     """Vectorised float64 f(x); entries that overflow in an intermediate are redone in mpmath."""
-    fast = sp.lambdify(x, expr, modules=_NUMPY)
+    fast = sp.lambdify(x, expr, modules=NUMPY_MODULES)
     exact = sp.lambdify(x, expr, modules="mpmath")
 
     def f(v):
@@ -329,7 +330,7 @@ class Simulation:
         arrays = {n: getattr(self, n) for n in ("layers", "q", "qab", "c", "c_quantiles", "V", "Vtilde",
                                                 "gamma", "kurtosis", "gamma_norm", "q_cond", "kurtosis_cond")}
         arrays.update({f"net_{n}": getattr(self.networks, n) for n in PerNetwork.__dataclass_fields__})
-        np.savez(path, **arrays, params=np.array(repr(self.params)))
+        save_npz(path, {**arrays, "params": np.array(repr(self.params))})
 
 
 def finite_data_gamma(q, qab, n_inputs):

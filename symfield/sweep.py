@@ -17,7 +17,6 @@ uninterrupted run; a directory holding a different sweep is refused.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import math
 import os
@@ -31,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import validate as check
+from symfield.core.files import atomic_write, load_npz, npz_bytes
+from symfield.core import validate as check
 
 KINDS = ("eoc", "neutrality", "phase", "verify")
 FORMAT = "symfield-sweep/1"
@@ -40,34 +40,6 @@ _SERIAL = threading.Lock()  # mpmath precision is process-global: one chunk at a
 
 
 # ---------------------------------------------------------------- deterministic, atomic files
-def _npz_bytes(arrays: dict) -> bytes:
-    """An .npz archive with fixed member order and timestamps (same arrays -> same bytes)."""
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        for name in sorted(arrays):
-            member = io.BytesIO()
-            np.lib.format.write_array(member, np.asarray(arrays[name]), allow_pickle=False)
-            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            zf.writestr(info, member.getvalue())
-    return buf.getvalue()
-
-
-def _atomic_write(path: Path, data: bytes):
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def _load_npz(path: Path) -> dict:
-    with np.load(path, allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
-
-
 def _canonical(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
@@ -91,7 +63,7 @@ def _mp_read(text, dps):
 def _rebuild(spec):
     import warnings
 
-    from .activation import activation
+    from symfield.symbolic.activation import activation
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if spec["pool"] is None:
@@ -102,7 +74,7 @@ def _rebuild(spec):
 def _warm(kind, spec):
     """Derive the kernel once per worker process (run by Client.run, i.e. off the task threads)."""
     if kind != "verify":
-        from .kernel import kernel
+        from symfield.symbolic.kernel import kernel
         with _SERIAL:
             kernel(_rebuild(spec))
     return True
@@ -115,7 +87,7 @@ def _first_line(err) -> str:
 
 def _line_chunk(kind, act, sb, dps):
     """sigma_w2 of the EOC or neutrality line at each sigma_b2; failing points -> NaN + message."""
-    from .fixedpoint import eoc_curve, neutrality
+    from symfield.theory.fixedpoint import eoc_curve, neutrality
     fn = eoc_curve if kind == "eoc" else neutrality
     sb = np.asarray(sb, float)
     vals, errors = None, [""] * sb.size
@@ -139,7 +111,7 @@ def _line_chunk(kind, act, sb, dps):
 
 
 def _phase_chunk(act, sw, sb, depth, eoc_tol):
-    from .phase_diagram import phase_diagram
+    from symfield.theory.phase_diagram import phase_diagram
     pd = phase_diagram(act, np.asarray(sw, float), np.asarray(sb, float), depth=depth, eoc_tol=eoc_tol)
     out = {k: np.asarray(getattr(pd, k)) for k in ("codes", "q_star", "c_star", "gamma_star", "slope",
                                                    "eoc", "neutrality")}
@@ -157,7 +129,7 @@ def _untimed(obj):
 
 def _verify_chunk(formulas):
     """verify(f) for each formula: ok flag and the report as JSON without wall-clock fields."""
-    from .verify import verify
+    from symfield.reports.verify import verify
     ok, reports, errors = [], [], []
     for f in formulas:
         try:
@@ -200,7 +172,7 @@ def compute_chunk(kind, spec, payload):
 # ---------------------------------------------------------------- plan: validated parameters and chunks
 def _spec_of(act):
     """A picklable spec {name, pool, k} that rebuilds ``act`` exactly."""
-    from .activation import Activation, activation
+    from symfield.symbolic.activation import Activation, activation
     a = act if isinstance(act, Activation) else activation(act)
     spec = {"name": a.single.name, "pool": a.pool, "k": a.k if a.pool else 1}
     if _rebuild(spec) != a:
@@ -244,7 +216,7 @@ def _plan(kind, act, sigma_w2, sigma_b2, dps, chunk, depth, eoc_tol):
         if not formulas or not all(isinstance(f, str) and f.strip() for f in formulas):
             check.fail("sweep", "act", "a formula (str) or a non-empty list of them for kind 'verify'", act, TypeError)
         try:
-            import symfield.verify  # noqa: F401  (workers import it lazily; fail here, clearly)
+            import symfield.reports.verify  # noqa: F401  (workers import it lazily; fail here, clearly)
         except ImportError:
             raise NotImplementedError("sweep kind 'verify' needs symfield.verify, which this installation "
                                       "lacks.") from None
@@ -283,7 +255,7 @@ def _plan(kind, act, sigma_w2, sigma_b2, dps, chunk, depth, eoc_tol):
 
 
 def _hashed(manifest):
-    from . import __version__
+    from symfield.core.version import __version__
     m = {"format": FORMAT, "symfield": __version__, **manifest}
     m["hash"] = hashlib.sha256(_canonical(m).encode()).hexdigest()
     return m
@@ -330,7 +302,7 @@ class _Store:
             if any(p.name != ".lock" for p in self.root.iterdir()):
                 raise ValueError(f"results directory {str(self.root)!r} is not empty and has no manifest.json; "
                                  f"refusing to write a sweep into it")
-            _atomic_write(mpath, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+            atomic_write(mpath, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
         for stale in self.root.glob(".chunk-*.tmp"):
             stale.unlink()   # left by a killed run (we hold the lock: nobody else is writing)
         self.manifest = manifest
@@ -354,12 +326,12 @@ class _Store:
         return [i for i in range(len(self.manifest["chunks"])) if self.chunk_path(i).exists()]
 
     def save(self, i, arrays):
-        _atomic_write(self.chunk_path(i), _npz_bytes({**arrays, "manifest_hash": np.array(self.manifest["hash"])}))
+        atomic_write(self.chunk_path(i), npz_bytes({**arrays, "manifest_hash": np.array(self.manifest["hash"])}))
 
     def load(self, i):
         path = self.chunk_path(i)
         try:
-            arrays = _load_npz(path)
+            arrays = load_npz(path)
         except (OSError, ValueError, zipfile.BadZipFile) as err:
             raise ValueError(f"chunk file {str(path)!r} is unreadable ({_first_line(err)}); delete it to "
                              f"recompute that chunk") from None
@@ -481,7 +453,7 @@ class SweepResult:
         """The assembled grid as a :class:`symfield.PhaseDiagram` (kind 'phase')."""
         if self.kind != "phase":
             raise ValueError(f"phase_diagram() needs a 'phase' sweep; this one is {self.kind!r}")
-        from .phase_diagram import PhaseDiagram
+        from symfield.theory.phase_diagram import PhaseDiagram
         d = self.data
         return PhaseDiagram(act=self.act, sigma_w2=d["sigma_w2"], sigma_b2=d["sigma_b2"], codes=d["codes"],
                             q_star=d["q_star"], c_star=d["c_star"], gamma_star=d["gamma_star"], slope=d["slope"],
@@ -504,7 +476,7 @@ def _assemble(store, kind):
         data = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
         data["sigma_b2"] = np.array(p["sigma_b2"], float)
     else:
-        from .fixedpoint import PHASES
+        from symfield.theory.fixedpoint import PHASES
         sw, sb = np.array(p["sigma_w2"], float), np.array(p["sigma_b2"], float)
         data = {"sigma_w2": sw, "sigma_b2": sb, "phases": np.asarray(PHASES)}
         for (a, b, c, d), arr in zip(m["chunks"], chunks):
@@ -547,7 +519,7 @@ def _write_output(output, kind, data, params, act):
     if path.suffix.lower() not in (".npz", ".nc"):
         raise ValueError(f"The 'output' parameter of sweep must end in .npz or .nc; got {str(output)!r}")
     if path.suffix.lower() == ".npz":
-        _atomic_write(path, _npz_bytes({**data, "params": np.array(_canonical(params))}))
+        atomic_write(path, npz_bytes({**data, "params": np.array(_canonical(params))}))
     else:
         _write_netcdf(path, kind, data, params, act)
     return path
@@ -593,7 +565,7 @@ def sweep(kind, act, results_dir, sigma_w2=None, sigma_b2=None, dps=None, chunk=
         data = _assemble(store, kind)
         params = _record(manifest)
         path = store.root / "result.npz"
-        _atomic_write(path, _npz_bytes({**data, "params": np.array(_canonical(params))}))
+        atomic_write(path, npz_bytes({**data, "params": np.array(_canonical(params))}))
         if output is not None:
             _write_output(output, kind, data, params, name)
     finally:
@@ -689,7 +661,7 @@ def _cli_chunk(text):
 
 def cli(args):
     """``symfield sweep``: run, print a summary (or --json); errors as one line, exit code 2."""
-    from .cli import _act, _fail, _range
+    from symfield.cli.main import _act, _fail, _range
     kind = args.kind
     if kind == "verify":
         act = list(args.activation)
@@ -715,7 +687,7 @@ def cli(args):
             raise ValueError(f"sweep {kind} needs --sigma-b2 (start:stop:num or a number)")
         sb = _range(args.sigma_b2, "--sigma-b2")
     if args.output:
-        from .cli import _writable
+        from symfield.cli.main import _writable
         _writable(args.output, "-o/--output", (".npz", ".nc"))
     try:
         r = sweep(kind, act, args.results, sigma_w2=sw, sigma_b2=sb, dps=args.dps, chunk=_cli_chunk(args.chunk),

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 import symfield as sf
-from symfield.formula import FormulaError
+from symfield.symbolic.formula import FormulaError
 
 
 @pytest.mark.parametrize("call,match", [

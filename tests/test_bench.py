@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from symfield.bench import bench
+from symfield.reports.bench import bench
 
 ROOT = Path(__file__).resolve().parents[1]
 

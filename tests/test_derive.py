@@ -24,7 +24,7 @@ import sympy as sp
 from scipy import special
 
 import symfield as sf
-from symfield.derive import derive
+from symfield.reports.derive import derive
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "derivations"
@@ -469,7 +469,7 @@ def test_documents_never_committed_round_trip_and_compile(spec, tmp_path):
         act = sf.activation(spec[0], pool=spec[1], k=spec[2]) if spec[1] else sf.activation(spec[0])
     tex = derive(act)
     names = _round_trip(act, tex, act.name)
-    from symfield.activation import is_monotone
+    from symfield.symbolic.activation import is_monotone
     readable = not (act.pool == "max" and not is_monotone(act.expr))   # sin+max2: maps carry F_Y, shown only
     assert ({"V", "mean", "dpsi2", "igb_pdf"} if readable else {"igb_pdf"}) <= names
     if _engine():
@@ -505,7 +505,7 @@ def test_reader_is_strict_and_correct_on_printer_output():
     z = sp.Symbol("z", real=True)
     cases = [sp.tanh(sp.sqrt(z)) ** 2 * sp.exp(-z), sp.erf(z / sp.sqrt(2)) + sp.asin(z / (z + 1)),
              sp.Max(0, z) * sp.Abs(z - 1) + sp.atan(2 * z / sp.sqrt(4 * z + 1)) ** 2, sp.log(1 + sp.exp(z))]
-    from symfield.derive import tex
+    from symfield.reports.derive import tex
     for e in cases:
         back = read(tex(e)).xreplace({_S("z"): z})
         for zv in (0.3, 1.7):

@@ -12,8 +12,8 @@ import pytest
 import sympy as sp
 
 import symfield as sf
-from symfield.finite_width import coefficients, finite_width, sigma_w2 as SW
-from symfield.gaussian import q as Q
+from symfield.theory.finite_width import coefficients, finite_width, sigma_w2 as SW
+from symfield.symbolic.gaussian import q as Q
 from symfield.simulate import simulate
 
 MC_SIGMAS = 3.5
@@ -86,8 +86,8 @@ ORACLES = {
 
 
 def _check(act, ref, K):
-    from symfield.activation import kinks
-    from symfield.numeric import evaluate
+    from symfield.symbolic.activation import kinks
+    from symfield.numeric.evaluate import evaluate
     co = coefficients(act)
     for name, val in ref.items():
         got = float(evaluate(getattr(co, name), (Q,), (K,), kinks(act.expr)))
@@ -127,8 +127,8 @@ def test_max_pool_coefficients_against_mpmath():
 def test_max_pool_derivatives_by_differences():
     """Fast check of the scale-identity derivatives on order-statistic integrals (tanh+max2): central
     differences of the quadrature value of <psi^2> (h = 1e-3; truncation ~h^2) against d/dK and d^2/dK^2."""
-    from symfield.activation import kinks
-    from symfield.numeric import evaluate
+    from symfield.symbolic.activation import kinks
+    from symfield.numeric.evaluate import evaluate
     act = sf.activation("tanh", pool="max", k=2)
     co = coefficients(act)
     K, h = 0.9, 1e-3
@@ -143,7 +143,7 @@ def test_pool_moments_exact():
     """relu+avg2: <psi^4> from the raw moments of one node (the k nodes are independent):
     E[((a+b)/2)^4] = (1/16) sum_j C(4,j) E[relu^j] E[relu^(4-j)], E[relu^j] = K^(j/2) E[z^j; z>0] by mpmath;
     relu+max2: <psi^2> = (3/4 + 1/(2 pi)) K exactly (MATH.md section 4)."""
-    from symfield.numeric import evaluate
+    from symfield.numeric.evaluate import evaluate
     co = coefficients(sf.activation("relu", pool="avg", k=2))
     K = 0.8
     with mpmath.workdps(25):
@@ -169,7 +169,7 @@ def test_float_and_mpmath_modes_agree():
 def test_k1_from_edgeworth_equals_scale_mixture():
     """The K1 source (sigma_w2/2) V d^2<phi^2>/dK^2 equals the Edgeworth form (sigma_w2/8) V <(phi^2)''''>_K
     (fourth cumulant 3V/n of h): checked by mpmath for tanh at two K."""
-    from symfield.numeric import evaluate
+    from symfield.numeric.evaluate import evaluate
     co = coefficients("tanh")
     t = sp.Symbol("t")
     f4 = sp.lambdify(t, sp.diff(sp.tanh(t) ** 2, t, 4), "mpmath")

@@ -314,7 +314,7 @@ def test_q_star_where_the_recursion_climbs_away_from_zero():
 
 def test_vroot_reversed_bracket():
     """Brackets may come as (lo, hi) with lo > hi (the c* scan moving down from c^(1))."""
-    from symfield.vroot import vroot
+    from symfield.numeric.vroot import vroot
     f = lambda x, j: x * x - 2.0
     x = vroot(f, np.array([1.9, 1.0]), np.array([1.0, 1.9]), np.array([1.61, -1.0]), np.array([-1.0, 1.61]))
     assert np.all(np.abs(x - math.sqrt(2)) <= 4e-16 * math.sqrt(2))

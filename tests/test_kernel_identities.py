@@ -4,8 +4,8 @@ import pytest
 import sympy as sp
 
 import symfield as sf
-from symfield import gaussian as G
-from symfield.formula import X as x
+from symfield.symbolic import gaussian as G
+from symfield.symbolic.formula import X as x
 from oracles import REGISTRY
 
 q, q1, q2, q12 = G.q, G.q1, G.q2, G.q12

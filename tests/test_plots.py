@@ -5,7 +5,7 @@ import sys
 import numpy as np
 
 import symfield as sf
-from symfield import plots
+from symfield.io import plots
 
 
 def test_import_does_not_load_matplotlib():

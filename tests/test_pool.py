@@ -15,8 +15,8 @@ import sympy as sp
 from scipy import special as sps
 
 import symfield as sf
-from symfield import gaussian as G
-from symfield import quadrature as Q
+from symfield.symbolic import gaussian as G
+from symfield.numeric import quadrature as Q
 from conftest import TOL
 
 q, q1, q2, q12 = G.q, G.q1, G.q2, G.q12
@@ -319,7 +319,7 @@ def test_dps_on_the_covariance_integral_is_refused_clearly():
 # Hoeffding's covariance formula for even phi increasing in |x| (written here, scipy-free GL), seeded Monte
 # Carlo of the 2k-dimensional definition (criterion: 5 standard errors), and mpmath brute force of the
 # k = 2 definition (slow).
-from symfield import levelsets as LS  # noqa: E402
+from symfield.numeric import levelsets as LS  # noqa: E402
 
 MC_SIGMAS = 5.0
 NM = {  # numpy phi, phi' written out by hand
@@ -631,12 +631,14 @@ def test_non_monotone_k2_vs_mpmath_bruteforce(name):
 
 def test_refusals_non_monotone():
     """Flat pieces at several different values (ties between nodes) and dps= on a covariance map are refused."""
-    from symfield import numeric
-    from symfield.activation import kinks
+    from symfield.numeric import evaluate as numeric
+    from symfield.numeric import pool_rules
+    from symfield.symbolic.activation import kinks
+    from symfield.symbolic.integrals import Integrand, Kind
     x = sp.Symbol("x", real=True)
     phi = sp.Max(1 - x ** 2, 0) + 2 * sp.Max(x - 3, 0) - 2 * sp.Max(x - 4, 0)   # flat at 0 and at 2
     with pytest.raises(NotImplementedError, match="constant at several different values"):
-        Q.pool_impl(("full1", 2, phi ** 2, phi), kinks(phi), None, numeric._vectorised, numeric._NUMPY)
+        pool_rules.pool_impl(Integrand(Kind.LEVEL1, phi ** 2, k=2, phi=phi), kinks(phi), None, numeric.vectorised, numeric.NUMPY_MODULES)
     with pytest.raises(NotImplementedError, match=r"\|c\| = 1"):
         sf.C(nm("abs", 2), 1.0, 2.0, 2 ** 0.5, dps=20)
 

@@ -1,9 +1,9 @@
-"""sf.C for max-pools from tables (symfield.tables.fast_C) and the per-c rule (symfield.maxrule).
+"""sf.C for max-pools from tables (symfield.numeric.tables.fast_C) and the per-c rule (symfield.numeric.maxrule).
 
 Oracles, none of them the code's own tables: the exact linear max2 map (max = mean + |diff|/2),
 exact relu+max2 values (c = 0, +-1), the argmax-decomposition tensor oracle of tests/test_tables.py
 (another formula and other coordinates), the mpmath h_k oracle of tests/test_pool.py (slow), and
-symfield.quadrature.max_expect2 (an independent construction of the h_k integral).
+symfield.numeric.quadrature.max_expect2 (an independent construction of the h_k integral).
 """
 import math
 import statistics
@@ -15,10 +15,10 @@ import pytest
 import sympy as sp
 
 import symfield as sf
-from symfield import gaussian as G
-from symfield import quadrature as Q
-from symfield import tables
-from symfield.maxrule import Rule
+from symfield.symbolic import gaussian as G
+from symfield.numeric import quadrature as Q
+from symfield.numeric import tables
+from symfield.numeric.maxrule import Rule
 from test_tables import max2_C_oracle
 
 RELU2 = sf.activation("relu", pool="max", k=2)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import symfield as sf
-from symfield import quadrature as Q
+from symfield.numeric import quadrature as Q
 
 DIGITS = 19   # dps=20 results are compared at 10^-19 of the natural scale (TOL["dps_digits_slack"] = 1)
 

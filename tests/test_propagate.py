@@ -23,8 +23,8 @@ import pytest
 import sympy as sp
 
 import symfield as sf
-from symfield import codegen
-from symfield.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
+from symfield.numeric import codegen
+from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
 
 from conftest import TOL
 
@@ -185,7 +185,7 @@ def test_cache_reused_in_new_process(tmp_path):
     env = dict(os.environ, SYMFIELD_CACHE=str(tmp_path))
     code = """
         import time, symfield as sf
-        from symfield import codegen
+        from symfield.numeric import codegen
         t = time.perf_counter()
         r = sf.propagate("leaky_relu(0.2)", [1.0, 2.0], 0.1, 50)
         print(time.perf_counter() - t, r.method)
@@ -281,7 +281,7 @@ def _numpy_relu_loop(sw, sb):
 
 def test_numpy_path_equals_generated_path():
     """The same recursion text run by both number systems (fallback forced on a closed form)."""
-    P = sys.modules["symfield.propagate"]  # the module (sf.propagate is the function)
+    P = sys.modules["symfield.theory.propagate"]  # the module (sf.propagate is the function)
     K = sf.kernel("relu")
     sw = np.array([0.5, 2.0, 50.0])
     sb = np.array([0.1, 0.0, 0.2])

@@ -1,4 +1,4 @@
-"""symfield.quadrature against oracles that do not use it: exact formulas, mpmath.quad of the
+"""symfield.numeric.quadrature against oracles that do not use it: exact formulas, mpmath.quad of the
 defining integral, and (2-D tanh) a trapezoidal rule in standardised coordinates, whose error
 for integrands analytic in a strip |Im z| < a is ~exp(-2 pi a / step) (step chosen for e^-40)."""
 import math
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy.special import erf as np_erf
 
-from symfield.quadrature import expect1, expect1_many, expect1_vec, expect2, expect2_vec
+from symfield.numeric.quadrature import expect1, expect1_many, expect1_vec, expect2, expect2_vec
 
 QS = [1e-3, 0.1, 1.0, 10.0, 1e3]
 PAIRS = [(1e-3, 1e-3), (1.0, 1.0), (1e3, 1e3), (1e-3, 1e3), (2.0, 0.5)]

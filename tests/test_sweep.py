@@ -176,7 +176,7 @@ def test_phase_tiles_equal_phase_diagram_and_netcdf(tmp_path, cluster):
 
 
 def test_verify_kind_matches_verify(tmp_path, cluster):
-    from symfield.verify import verify
+    from symfield.reports.verify import verify
     forms = ["relu", "exp(x**2)", "no_such_activation"]
     r = sweep("verify", forms, tmp_path / "v", chunk=2, scheduler=cluster)
     assert r["formulas"].tolist() == forms and len(r.computed) == 2
@@ -276,7 +276,7 @@ def test_unreachable_or_silent_scheduler_fails_fast(tmp_path):
 
 # ------------------------------------------------------------------ command line
 def _cli(capsys, *argv):
-    from symfield.cli import main
+    from symfield.cli.main import main
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err

@@ -5,10 +5,10 @@ import mpmath
 import numpy as np
 
 import symfield as sf
-from symfield import table1d
-from symfield.gaussian import q as Q
-from symfield.kernel import kernel
-from symfield.numeric import evaluator
+from symfield.numeric import table1d
+from symfield.symbolic.gaussian import q as Q
+from symfield.symbolic.kernel import kernel
+from symfield.numeric.evaluate import evaluator
 
 
 def _table(tmp_path, monkeypatch, name="tanh"):

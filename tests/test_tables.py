@@ -1,4 +1,4 @@
-"""symfield.tables: the polar node rule, certified tables, and propagate's table path.
+"""symfield.numeric.tables: the polar node rule, certified tables, and propagate's table path.
 
 Oracles: the exact arcsin kernel of erf (the polar rule and an erf table are checked against it at
 thousands of points), mpmath quadrature of the defining integrals (sf.V / sf.C / sf.q_map /
@@ -22,8 +22,11 @@ import pytest
 import sympy as sp
 
 import symfield as sf
-from symfield import codegen, formula, numeric, tables
-from symfield.gaussian import q as Q
+from symfield.numeric import codegen
+from symfield.symbolic import formula
+from symfield.numeric import evaluate as numeric
+from symfield.numeric import tables
+from symfield.symbolic.gaussian import q as Q
 
 from conftest import TOL
 
@@ -50,7 +53,7 @@ def mp_recursion(act, sw, sb, depth, dps=15):
 # --------------------------------------------------------------------------- polar rule
 @pytest.mark.parametrize("q", [1e-3, 0.5, 5.0, 60.0])
 def test_polar_rule_matches_erf_arcsin_kernel(q):
-    f = numeric._vectorised(sp.erf(formula.X), numeric._NUMPY)
+    f = numeric.vectorised(sp.erf(formula.X), numeric.NUMPY_MODULES)
     P_ = tables.polar_coefficients(f, f, q, q, parity=1)
     th = np.array([0.0, 1e-3, 0.05, 0.7, 1.5707, 2.3, 3.1, math.pi])
     got = tables.polar_eval(P_, th)
@@ -285,13 +288,13 @@ def test_elu_table_matches_mpmath():
 # --------------------------------------------------------------------------- max-pooled tanh
 def max2_C_oracle(phi, q, c):
     """E[phi(max(u1, u2)) phi(max(v1, v2))], pairs (u_j, v_j) i.i.d. N(0, q [[1, c], [c, 1]]), by the
-    argmax decomposition (independent of the h_2 density used by symfield.quadrature.max_expect2):
+    argmax decomposition (independent of the h_2 density used by symfield.numeric.quadrature.max_expect2):
         C = 2 T1 + 2 T2,  T1 = E[phi(u1) phi(v1) F(x1, y1; c)]   (node 1 the argmax of u and of v),
         T2 = E[phi(u1) phi(v2) N((y2 - c x1)/s) N((x1 - c y2)/s)]   (u1, v2 independent; s = sqrt(1 - c^2)),
     x = u/sqrt(q), y = v/sqrt(q), F the bivariate normal CDF (Owen's T). Tensor Gauss-Legendre, half-unit
     panels on [-9, 9]^2, 12 points each (float64)."""
     from scipy.special import ndtr
-    from symfield.quadrature import bvn_cdf
+    from symfield.numeric.quadrature import bvn_cdf
     e = np.arange(-9, 9.01, 0.5)
     t, w = np.polynomial.legendre.leggauss(12)
     z = (e[:-1, None] + 0.25 * (1 + t)).ravel()

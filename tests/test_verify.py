@@ -9,10 +9,10 @@ from pathlib import Path
 import mpmath as mp
 import pytest
 
-import symfield.maps
+import symfield.theory.maps
 from symfield import cli
-from symfield.formula import FormulaError
-from symfield.verify import MC_SIGMAS, REL_TOL, mp_expect1, mp_expect2, verify
+from symfield.symbolic.formula import FormulaError
+from symfield.reports.verify import MC_SIGMAS, REL_TOL, mp_expect1, mp_expect2, verify
 
 from oracles import REGISTRY, _acos_relu
 
@@ -72,12 +72,12 @@ def test_mpmath_legs_against_literature_values():
 
 def test_a_wrong_package_value_fails_the_check(monkeypatch):
     """verify must not just echo the package: perturb map_value by 1e-7 relative and it fails."""
-    real = symfield.maps.map_value
+    real = symfield.theory.maps.map_value
 
     def off(act, name, *args, **kw):
         v = real(act, name, *args, **kw)
         return v * (1 + 1e-7) if name == "C" else v
-    monkeypatch.setattr(symfield.maps, "map_value", off)
+    monkeypatch.setattr(symfield.theory.maps, "map_value", off)
     rep = verify("max(x, 0.2*x)", phase_seconds=0.01)
     assert not rep.ok
     bad = [c for c in rep.checks if not c.ok]
@@ -138,7 +138,7 @@ def test_cli_verify_divergent_exits_1_with_explanation(capsys):
 
 def test_an_inconsistent_eoc_point_fails(monkeypatch):
     """q* = 0 returned for phi(0) != 0 is not a fixed point: verify re-checks and fails."""
-    import symfield.fixedpoint as fp
+    import symfield.theory.fixedpoint as fp
     monkeypatch.setattr(fp, "eoc", lambda act, sb, dps=None: fp.EOC(sigma_b2=sb, sigma_w2=1.0, q_star=0.0))
     rep = verify("tanh(x) + 0.5", phase_seconds=0.01, n_mc=20_000)
     assert not rep.ok and all(c.ok for c in rep.checks)

@@ -1,0 +1,433 @@
+"""The ``symfield`` command line. Bad input: one line on stderr and exit code 2.
+
+Tables (per layer, per sigma_b2, per grid point) go to standard output as CSV, or with
+``-o FILE`` to FILE.csv / FILE.npz / FILE.nc with the parameters that produced them inside
+(symfield/output.py); ``--json`` prints what a program reads; ``--plot FILE`` draws the figure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+
+EPILOG = """examples:
+  symfield list                             built-in activations
+  symfield kernel tanh                      symbolic maps and how each was obtained
+  symfield kernel relu --pool max --k 2 --json
+  symfield map erf --q 1 --q12 0.5 --sigma-w2 1.5 --sigma-b2 0.1 --dps 30
+  symfield propagate relu --sigma-w2 2.5 --sigma-b2 0.1 --depth 30 -o relu.csv
+  symfield qstar tanh --sigma-w2 1.76095 --sigma-b2 0.05 --dps 30
+  symfield eoc tanh --sigma-b2 0.05 --dps 50
+  symfield eoc-curve tanh --sigma-b2 0:0.3:31 -o eoc.nc
+  symfield neutrality tanh --sigma-b2 0.01:0.2:20 --json
+  symfield phase tanh --plot phase.png      phase diagram (sigma_b2 on x, sigma_w2 on y)
+  symfield phase relu --pool max --k 2 --sigma-w2 0.5:4:36 --sigma-b2 0:0.2:21 -o relu-max2.nc
+  symfield divergence relu --sigma-w2 2.5 --sigma-b2 0.1 --depth 400 --plot div.png
+  symfield simulate tanh --sigma-w2 2.5 --sigma-b2 0.1 --width 2000 --depth 60 --plot depth.png
+  symfield gradients relu --sigma-w2 2.5 --sigma-b2 0.1 --width 300 --depth 20 --plot grad.png
+  symfield derive "x*erf(x)" -o xerf.tex
+  symfield verify "x*erf(x)"
+  symfield sweep eoc tanh --sigma-b2 0.01:0.3:30 --dps 30 -d runs/tanh-eoc
+  symfield bench tanh --quick
+Ranges are start:stop:num (num points, both ends included); write negative starts as --sigma-w2=-1:2:3.
+Progress bars appear on a terminal only (stderr); piped output stays clean.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise SystemExit(_fail(message))
+
+
+def _fail(message):
+    print(f"symfield: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _act(args):
+    from symfield.symbolic.activation import activation
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return activation(args.activation, pool=args.pool, k=args.k) if args.pool else activation(args.activation)
+
+
+def _number(v, dps):
+    """A float64 as its shortest repr, an mpmath number to dps digits."""
+    import mpmath
+    import numpy as np
+    v = v.item() if isinstance(v, np.ndarray) else v
+    if not dps:
+        return repr(float(v))
+    return mpmath.nstr(v if isinstance(v, mpmath.mpf) else mpmath.mpf(v), dps)  # mpf(mpf) would round to 15 digits
+
+
+def _print(args, values, meta=None):
+    """Print named numbers as aligned 'name value' lines, or JSON (with meta) under --json."""
+    if args.json:
+        print(json.dumps({**(meta or {}), **values}, indent=2))
+    else:
+        width = max(map(len, values)) + 1
+        print("\n".join(f"{k:{width}s} {v}" for k, v in values.items()))
+
+
+def _range(text, name):
+    """'start:stop:num' (num >= 1 points, inclusive) or a single number -> 1-D array."""
+    import numpy as np
+    parts = text.split(":")
+    try:
+        if len(parts) == 1:
+            return np.array([float(parts[0])])
+        if len(parts) == 3 and int(parts[2]) >= 1:
+            return np.linspace(float(parts[0]), float(parts[1]), int(parts[2]))
+    except ValueError:
+        pass
+    raise ValueError(f"{name} must be a number or start:stop:num with num >= 1 (e.g. 0:4:401); got {text!r}")
+
+
+def _writable(path, name, suffixes):
+    from symfield.io.output import writable
+    return writable(path, name, suffixes)
+
+
+def _bar(items, desc):
+    """tqdm over items on a terminal (stderr), the plain items when piped."""
+    from tqdm.auto import tqdm
+    return tqdm(items, desc=desc, leave=False, file=sys.stderr, disable=not sys.stderr.isatty())
+
+
+def _files(args):
+    """Validate -o/--output and --plot before any work: (data path or None, plot path or None)."""
+    out = _writable(args.output, "-o/--output", (".csv", ".npz", ".nc")) if getattr(args, "output", None) else None
+    plot = _writable(args.plot, "--plot", (".png", ".pdf", ".svg")) if getattr(args, "plot", None) else None
+    return out, plot
+
+
+def _emit(args, out, data, coords, params, dims=None, dps=None, summary=None):
+    """Write the table to ``out`` (or as CSV to stdout); under --json print summary + params instead."""
+    from symfield.io.output import save
+    if out is not None:
+        save(out, data, coords, params, dims, dps)
+    if args.json:
+        print(json.dumps({"params": params, **(summary or {}), "output": str(out) if out else None},
+                         indent=2, default=lambda v: _json_default(v, dps)))
+    elif out is None:
+        save(sys.stdout, data, coords, params, dims, dps)
+    else:
+        print(f"data: {out}")
+
+
+def _json_default(v, dps=None):
+    """JSON for arrays and numbers: NaN -> null, mpmath numbers -> text with dps digits."""
+    import math
+
+    import numpy as np
+    if isinstance(v, np.ndarray):
+        return [_json_default(x, dps) for x in v.tolist()] if v.ndim else _json_default(v.item(), dps)
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float):
+        return None if math.isnan(v) else v
+    if isinstance(v, (int, str, bool)) or v is None:
+        return v
+    return _number(v, dps)  # mpmath numbers: all their digits
+
+
+def _params(args, **extra):
+    from symfield.io.output import params_record
+    skip = {"command", "json", "output", "plot", "func", "activation", "pool", "k"}
+    base = {k: v for k, v in vars(args).items() if k not in skip}
+    return params_record(command=args.command, activation=_act(args).name, **base, **extra)
+
+
+# ---------------------------------------------------------------- commands: maps and fixed points
+def cmd_list(args):
+    from symfield.symbolic.activation import BUILTINS
+    for name, (_, defaults, desc) in sorted(BUILTINS.items()):
+        print(f"{name:12s} {desc}" + (f"   parameters: {defaults}" if defaults else ""))
+    return 0
+
+
+def cmd_kernel(args):
+    from symfield.symbolic.kernel import MAPS, kernel
+    K = kernel(_act(args))
+    if args.json:
+        print(json.dumps({"activation": K.act.name, "closed_form": K.closed_form,
+                          "maps": {n: {"expr": str(K[n]), "method": K.methods[n]} for n in MAPS}}, indent=2))
+    else:
+        print(K.describe())
+    return 0
+
+
+def cmd_map(args):
+    from symfield.theory import maps
+    act = _act(args)
+    q12 = args.q if args.q12 is None else args.q12
+    q2 = args.q if args.q2 is None else args.q2
+    out = {
+        "q_map": maps.q_map(act, args.q, args.sigma_w2, args.sigma_b2, dps=args.dps),
+        "qab_map": maps.qab_map(act, args.q, q2, q12, args.sigma_w2, args.sigma_b2, dps=args.dps),
+        "chi1": maps.chi1(act, args.sigma_w2, args.sigma_b2, q=args.q, dps=args.dps),
+    }
+    text = {k: _number(v, args.dps) for k, v in out.items()}
+    _print(args, text, {"activation": act.name, "q": args.q, "q2": q2, "q12": q12, "sigma_w2": args.sigma_w2,
+                        "sigma_b2": args.sigma_b2, "dps": args.dps})
+    return 0
+
+
+def cmd_qstar(args):
+    import mpmath
+
+    from symfield.theory.fixedpoint import q_star
+    from symfield.theory.maps import chi1
+    act = _act(args)
+    qs = q_star(act, args.sigma_w2, args.sigma_b2, dps=args.dps)
+    slope = chi1(act, args.sigma_w2, args.sigma_b2, q=qs, dps=args.dps) if 0 < qs < mpmath.inf else None
+    _print(args, {"q_star": _number(qs, args.dps), "chi1": None if slope is None else _number(slope, args.dps)})
+    return 0
+
+
+def cmd_eoc(args):
+    from symfield.theory.fixedpoint import eoc
+    e = eoc(_act(args), args.sigma_b2, dps=args.dps)
+    out = {k: _number(getattr(e, k), args.dps) for k in ("sigma_b2", "sigma_w2", "q_star")}
+    out["q_slope"] = f"{e.q_slope:.6g}" + ("" if e.stable else " (> 1: q* is unstable, the recursion does not reach it)")
+    _print(args, out)
+    return 0
+
+
+def cmd_line(args):
+    """eoc-curve and neutrality: one root per sigma_b2; a point without a line records its reason."""
+    import numpy as np
+
+    from symfield.theory.fixedpoint import eoc, neutrality
+    sb = _range(args.sigma_b2, "--sigma-b2")
+    out, _ = _files(args)
+    act = _act(args)
+    if args.command == "eoc-curve":
+        names = ("sigma_w2", "q_star")
+
+        def solve(b):
+            e = eoc(act, b, dps=args.dps)
+            return e.sigma_w2, e.q_star
+    else:
+        names = ("sigma_w2",)
+
+        def solve(b):
+            return (neutrality(act, b, dps=args.dps),)
+    cols = {n: np.full(sb.size, np.nan, dtype=float if args.dps is None else object) for n in names}
+    errors = np.full(sb.size, "", dtype=object)
+    for i, b in enumerate(_bar(sb, args.command)):
+        try:
+            for n, v in zip(names, solve(float(b))):
+                cols[n][i] = v
+        except (ValueError, ArithmeticError) as err:
+            errors[i] = str(err).splitlines()[0]
+    if errors.all():
+        raise ValueError(errors[0] if sb.size == 1 else f"no point of the {args.command} exists: {errors[0]}")
+    data = {**cols, "error": errors.astype(str)}
+    summary = {"sigma_b2": sb, **cols, "errors": int((errors != "").sum())}
+    _emit(args, out, data, {"sigma_b2": sb}, _params(args), dps=args.dps, summary=summary)
+    return 0
+
+
+# ---------------------------------------------------------------- commands: depth, phases, divergence
+def cmd_propagate(args):
+    import numpy as np
+
+    from symfield.theory.propagate import propagate
+    out, _ = _files(args)
+    r = propagate(_act(args), args.sigma_w2, args.sigma_b2, args.depth, q0=args.q0, qab0=args.qab0,
+                  residual=args.residual)
+    data = {n: np.asarray(getattr(r, n), dtype=float) for n in ("q", "qab", "c", "gamma")}
+    params = _params(args, method=r.method, status=int(r.status))
+    _emit(args, out, data, {"layer": np.asarray(r.layers)}, params, summary={"layer": r.layers, **data})
+    return 0
+
+
+def _phase_blocks(act, sw, sb, depth, eoc_tol):
+    """phase_diagram over blocks of sigma_b2 columns (every point is solved on its own, so the
+    blocks join into the full diagram), with a progress bar on a terminal."""
+    import dataclasses
+
+    import numpy as np
+
+    from symfield.theory.phase_diagram import phase_diagram
+    blocks = np.array_split(np.arange(sb.size), min(sb.size, 20))
+    parts = [phase_diagram(act, sigma_w2=sw, sigma_b2=sb[j], depth=depth, eoc_tol=eoc_tol)
+             for j in _bar(blocks, "phase")]
+    joined = {}
+    for f in dataclasses.fields(parts[0]):
+        v = getattr(parts[0], f.name)
+        if isinstance(v, np.ndarray) and f.name != "sigma_w2":
+            axis = 0 if v.ndim == 1 else 1
+            joined[f.name] = np.concatenate([getattr(p, f.name) for p in parts], axis=axis)
+    return dataclasses.replace(parts[0], **joined)
+
+
+def cmd_phase(args):
+    import time
+
+    import numpy as np
+
+    from symfield.theory.fixedpoint import PHASES
+    sw, sb = _range(args.sigma_w2, "--sigma-w2"), _range(args.sigma_b2, "--sigma-b2")
+    out, plot = _files(args)
+    t0 = time.perf_counter()
+    act = _act(args)
+    pd = _phase_blocks(act, sw, sb, args.depth, args.eoc_tol)
+    seconds = time.perf_counter() - t0
+    if out is not None:
+        data = dict(phase=pd.labels, codes=pd.codes, q_star=pd.q_star, c_star=pd.c_star, gamma_star=pd.gamma_star,
+                    slope=pd.slope, eoc=pd.eoc, neutrality=pd.neutrality, phases=np.asarray(PHASES))
+        if pd.depth is not None:
+            data.update(c_depth=pd.c_depth, gamma_depth=pd.gamma_depth)
+        from symfield.io.output import save
+        save(out, data, {"sigma_w2": pd.sigma_w2, "sigma_b2": pd.sigma_b2}, _params(args),
+             dims={"eoc": ("sigma_b2",), "neutrality": ("sigma_b2",), "phases": ("code",)})
+    if plot is not None:
+        from symfield.io import plots
+        plots.phase_diagram(pd, plot, act=act)
+    summary = {"activation": pd.act, "grid": [int(sw.size), int(sb.size)], "seconds": round(seconds, 3),
+               "counts": pd.counts(), "output": str(out) if out else None, "plot": str(plot) if plot else None}
+    if args.json:
+        summary.update(sigma_b2=pd.sigma_b2, eoc=pd.eoc, neutrality=pd.neutrality)
+        print(json.dumps(summary, indent=2, default=_json_default))
+        return 0
+    print(f"{pd.act}: {sw.size} x {sb.size} grid (sigma_w2 x sigma_b2) in {seconds:.2f} s")
+    for name, n in summary["counts"].items():
+        print(f"  {name:24s} {n}")
+    _say_files(out, plot)
+    return 0
+
+
+def _say_files(out, plot):
+    """Name the files a command wrote (after its summary)."""
+    for label, path in (("data", out), ("plot", plot)):
+        if path:
+            print(f"{label}: {path}")
+
+
+def cmd_divergence(args):
+    import numpy as np
+
+    from symfield.theory.divergence import divergence
+    out, plot = _files(args)
+    d = divergence(_act(args), args.sigma_w2, args.sigma_b2, depth=args.depth, dps=args.dps)
+    value = {"exponential": ("rate", d.rate), "power-law": ("exponent", d.exponent),
+             "finite": ("gamma_star", d.gamma_star)}[d.kind]
+    summary = {"kind": d.kind, value[0]: value[1], "rms": d.rms, "precision": d.precision}
+    if out is not None:
+        from symfield.io.output import save
+        save(out, {"gamma": d.gamma}, {"layer": np.arange(1, d.gamma.size + 1)}, _params(args, **summary))
+    if plot is not None:
+        from symfield.io import plots
+        plots.divergence(d, path=plot)
+    if args.json:
+        print(json.dumps({**summary, "gamma": d.gamma, "output": str(out) if out else None,
+                          "plot": str(plot) if plot else None}, indent=2, default=_json_default))
+        return 0
+    _print(args, {"kind": d.kind, value[0]: repr(float(value[1])), "precision": d.precision,
+                  **{f"rms_{k}": f"{v:.3g}" for k, v in d.rms.items()}})
+    _say_files(out, plot)
+    return 0
+
+
+# ---------------------------------------------------------------- commands: finite width
+def cmd_simulate(args):
+    import numpy as np
+
+    from symfield.theory.propagate import propagate
+    from symfield.simulate import finite_data_gamma, simulate
+    out, plot = _files(args)
+    act = _act(args)
+    s = simulate(act, args.width, args.depth, args.sigma_w2, args.sigma_b2, args.n_inputs, args.n_networks,
+                 args.seed, args.residual, method=args.method)
+    th = propagate(act, args.sigma_w2, args.sigma_b2, args.depth, residual=args.residual)
+    q_th, qab_th = np.asarray(th.q, float), np.asarray(th.qab, float)
+    data = {n: np.asarray(getattr(s, n)) for n in ("q", "qab", "c", "c05", "c50", "c95", "V", "Vtilde",
+                                                     "gamma", "gamma_norm", "kurtosis")}
+    data.update(q_theory=q_th, qab_theory=qab_th, c_theory=np.asarray(th.c, float),
+                gamma_theory=np.asarray(th.gamma, float))
+    if s.params["n_inputs"] >= 2:
+        data["gamma_finite_data"] = finite_data_gamma(q_th, qab_th, s.params["n_inputs"])[2]
+    if plot is not None:
+        from symfield.io import plots
+        plots.depth_curves(th, sim=s, path=plot)
+    _emit(args, out, data, {"layer": s.layers}, _params(args, theory=th.method),
+          summary={"layer": s.layers, **data, "plot": str(plot) if plot else None})
+    return 0
+
+
+def cmd_gradients(args):
+    from symfield.simulate import class_gradients
+    out, plot = _files(args)
+    g = class_gradients(_act(args), args.width, args.depth, args.sigma_w2, args.sigma_b2, args.n_inputs,
+                        args.n_networks, args.seed, args.residual)
+    data = {n: getattr(g, n).mean(axis=0) for n in ("all", "favoured", "unfavoured")}
+    data.update({f"net_{n}": getattr(g, n) for n in ("all", "favoured", "unfavoured")},
+                g0=g.g0, favoured_class=g.favoured_class)
+    dims = {**{f"net_{n}": ("network", "layer") for n in ("all", "favoured", "unfavoured")},
+            "g0": ("network",), "favoured_class": ("network",)}
+    if plot is not None:
+        from symfield.io import plots
+        plots.class_gradients(g, path=plot)
+    summary = {"layer": g.layers, **{n: data[n] for n in ("all", "favoured", "unfavoured")}, "g0": g.g0,
+               "favoured_class": g.favoured_class, "plot": str(plot) if plot else None}
+    _emit(args, out, data, {"layer": g.layers}, _params(args), dims=dims, summary=summary)
+    return 0
+
+
+# ---------------------------------------------------------------- commands: documents and checks
+def cmd_derive(args):
+    from symfield.reports.derive import derive
+    tex = derive(_act(args))
+    if not args.output:
+        sys.stdout.write(tex)
+        return 0
+    try:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(tex)
+    except OSError as err:
+        return _fail(f"cannot write {args.output!r}: {err.strerror or err}")
+    return 0
+
+
+def cmd_verify(args):
+    from symfield.reports.verify import verify
+    report = verify(args.formula, seed=args.seed, n_mc=args.n_mc)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.table())
+    return 0 if report.ok else 1
+
+
+def cmd_sweep(args):
+    from symfield.sweep import cli
+    return cli(args)
+
+
+def cmd_bench(args):
+    from symfield.reports.bench import cli
+    return cli(args)
+
+
+COMMANDS = {"list": cmd_list, "kernel": cmd_kernel, "map": cmd_map, "qstar": cmd_qstar, "eoc": cmd_eoc,
+            "eoc-curve": cmd_line, "neutrality": cmd_line, "propagate": cmd_propagate, "phase": cmd_phase,
+            "divergence": cmd_divergence, "simulate": cmd_simulate, "gradients": cmd_gradients,
+            "derive": cmd_derive, "verify": cmd_verify, "sweep": cmd_sweep, "bench": cmd_bench}
+
+
+def main(argv=None):
+    from symfield.cli.parser import build_parser
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (ValueError, TypeError, NotImplementedError, ArithmeticError) as err:
+        return _fail(str(err).splitlines()[0])
+    except BrokenPipeError:  # the reader (e.g. `| head`) closed the pipe: stop quietly
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as err:  # e.g. the output directory vanished or filled up while computing
+        return _fail(f"{err.strerror or err}" + (f": {err.filename!r}" if err.filename else ""))
+    except KeyboardInterrupt:
+        return _fail("interrupted")

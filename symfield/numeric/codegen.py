@@ -1,0 +1,411 @@
+"""Generated Numba code for the closed-form maps of a kernel.
+
+The numeric grid layer is *printed* from the symbolic one: the SymPy expressions of
+V(q) and C(q1, q2, q12) go through :class:`NumbaPrinter` (a SymPy Python code printer
+that maps functions to ``math.*``) into a real ``.py`` file in a user cache directory
+outside the package, which is imported with importlib and compiled by numba with
+``njit(cache=True, fastmath=False)``. The generated code IS the formula; nothing is
+copied by hand.
+
+Cache directory: ``$SYMFIELD_CACHE/codegen`` if SYMFIELD_CACHE is set, else
+``${XDG_CACHE_HOME:-~/.cache}/symfield/codegen``. The file name carries a hash of the
+generated source (which contains the printed expressions) and of the symfield, numba,
+sympy and Python versions, so an edit to any of them gives a new file. Files are written
+atomically (temporary file + rename) and never rewritten once present, so numba's own
+on-disk cache (``__pycache__`` beside the generated file, keyed by its mtime) stays valid
+across processes.
+
+Only an allow-list of functions is printable (:data:`ALLOWED`); anything else raises
+NotImplementedError naming the function. Square-root radicands are clamped at 0 in the
+generated code (``math.sqrt(max(x, 0.0))``): on the domain of the maps (q > 0,
+|q12| <= sqrt(q1 q2)) every radicand is >= 0 exactly, so a negative value can only be
+rounding, e.g. q1*q2 - q12**2 at c = 1. That Gram determinant (arc-cosine kernels) is printed
+as ``_gram_sqrt(q1, q2, q12)``, which also rescales by an exact power of two so that q1*q2
+cannot overflow for q up to ~1e308.
+
+Every generated module has the same tail: the one recursion (:data:`STEP_SOURCE`) and the grid
+kernel (:data:`GRID_SOURCE`), which call ``V(M, q)``, ``C(M, q1, q2, q12)`` and ``in_domain(M, ...)``.
+``M`` is one float64 array: ignored by closed forms (:func:`no_data`), the packed table of
+:mod:`symfield.tables` otherwise (one compiled table module serves every activation, the table is
+data). The recursion step and the closed-form maps are inlined (``inline="always"``: no per-point
+call overhead); the tables' larger V and C stay calls (inlining them made numba's compile of the
+parallel kernel take minutes).
+
+This module never imports numba at import time; only :func:`load` does.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+import sympy as sp
+from sympy.printing.pycode import PythonCodePrinter
+
+from symfield.core.files import cache_dir
+from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
+
+# SymPy function class -> printed name (all of these are supported by numba in nopython mode).
+ALLOWED = {
+    sp.atan2: "math.atan2", sp.atan: "math.atan", sp.asin: "math.asin", sp.acos: "math.acos",
+    sp.exp: "math.exp", sp.log: "math.log", sp.erf: "math.erf", sp.erfc: "math.erfc",
+    sp.sin: "math.sin", sp.cos: "math.cos", sp.tan: "math.tan",
+    sp.sinh: "math.sinh", sp.cosh: "math.cosh", sp.tanh: "math.tanh",
+    sp.Abs: "abs", sp.Max: "max", sp.Min: "min",
+}
+_ATOMS = (sp.Symbol, sp.Number, sp.NumberSymbol, sp.Add, sp.Mul, sp.Pow)
+_SUPPORTED_TEXT = "+, -, *, /, powers, sqrt, pi, E, " + ", ".join(sorted(
+    {f.__name__ for f in ALLOWED}))
+
+# One layer of the recursion, written once. Generated modules compile it with numba (scalars, one
+# grid point per call); the NumPy fallback of symfield.propagate executes the same text with
+# vectorised V and C (arrays of grid points). V, C and in_domain are module globals; M is the maps'
+# data: unused by closed forms, the table arrays of symfield.tables for maps without one.
+STEP_SOURCE = """
+def first_layer(qa0, qb0, qab0, sw, sb):
+    \"\"\"Layer l = 1 is linear (MATH.md section 1): q1 = sigma_w2 q0 + sigma_b2.\"\"\"
+    return sw * qa0 + sb, sw * qb0 + sb, sw * qab0 + sb
+
+
+def layer_step(qa, qb, qab, sw, sb, alpha2, residual, general, M):
+    \"\"\"Layer l >= 2 (MATH.md sections 2 and 8).
+
+    plain:    q' = sigma_w2 V(q) + sigma_b2,              q12' = sigma_w2 C(qa, qb, q12) + sigma_b2
+    residual: q' = q + alpha^2 (sigma_w2 V(q) + sigma_b2)  (and likewise for q12)
+    With general False the two inputs have equal norm (qb = qa) and V(qb), C's q2 reuse qa.
+    \"\"\"
+    fa = sw * V(M, qa) + sb
+    if general:
+        fb = sw * V(M, qb) + sb
+        fab = sw * C(M, qa, qb, qab) + sb
+    else:
+        fb = fa
+        fab = sw * C(M, qa, qa, qab) + sb
+    if residual:
+        return qa + alpha2 * fa, qb + alpha2 * fb, qab + alpha2 * fab
+    return fa, fb, fab
+"""
+
+GRID_SOURCE = """
+BLOCK = 16
+
+
+@njit(parallel=True, **_OPTS)
+def recurse(sw, sb, qa0, qb0, qab0, depth, store, alpha2, residual, general, M,
+            start, st_qa, st_qb, st_qab, out_qa, out_qb, out_qab, status):
+    \"\"\"All layers at every grid point (parallel over blocks of points); rows of out_* at layers `store`.
+
+    Point i starts at layer start[i] (1: from the inputs qa0, qb0, qab0; > 1: from the state st_*[i]
+    of layer start[i] - 1; 0: skipped, nothing written). Points are advanced BLOCK at a time, layer
+    by layer: the points of a block are independent, so their map evaluations overlap in the CPU.
+    status[i] on return: 0 done; 1 q, qb or q12 went non-finite (that layer's value is stored as is,
+    later stored rows are NaN); 2 the state left the maps' domain (in_domain False, e.g. outside a
+    table): start[i], st_*[i] then hold the layer to continue from and the state before it, and
+    rows from that layer on are NaN until a continuation fills them. Rows of layers before start[i]
+    are never touched. out_qb is written only when general (else a (0, 0) placeholder).
+    \"\"\"
+    n = sw.shape[0]
+    nstore = store.shape[0]
+    for blk in prange((n + BLOCK - 1) // BLOCK):
+        i0 = blk * BLOCK
+        m = min(BLOCK, n - i0)
+        qa = np.empty(BLOCK)
+        qb = np.empty(BLOCK)
+        qab = np.empty(BLOCK)
+        first = np.zeros(BLOCK, dtype=np.int64)
+        live = np.zeros(BLOCK, dtype=np.bool_)
+        nlive = 0
+        lmin = depth + 1
+        for j in range(m):
+            s = start[i0 + j]
+            if s > 0:
+                first[j] = s
+                live[j] = True
+                nlive += 1
+                lmin = min(lmin, s)
+                qa[j] = st_qa[i0 + j]
+                qb[j] = st_qb[i0 + j]
+                qab[j] = st_qab[i0 + j]
+        k = 0
+        while k < nstore and store[k] < lmin:
+            k += 1
+        for l in range(lmin, depth + 1):
+            if nlive == 0:
+                break
+            for j in range(m):
+                if live[j] and l >= first[j]:
+                    if l == 1:
+                        qa[j], qb[j], qab[j] = first_layer(qa0, qb0, qab0, sw[i0 + j], sb[i0 + j])
+                    elif in_domain(M, qa[j], qb[j], qab[j]):
+                        qa[j], qb[j], qab[j] = layer_step(qa[j], qb[j], qab[j], sw[i0 + j], sb[i0 + j],
+                                                          alpha2, residual, general, M)
+                    else:
+                        live[j] = False
+                        nlive -= 1
+                        status[i0 + j] = 2
+                        start[i0 + j] = l
+                        st_qa[i0 + j] = qa[j]
+                        st_qb[i0 + j] = qb[j]
+                        st_qab[i0 + j] = qab[j]
+            if k < nstore and store[k] == l:
+                for j in range(m):
+                    if first[j] > 0 and l >= first[j]:
+                        out_qa[k, i0 + j] = qa[j] if live[j] else math.nan
+                        out_qab[k, i0 + j] = qab[j] if live[j] else math.nan
+                        if general:
+                            out_qb[k, i0 + j] = qb[j] if live[j] else math.nan
+                k += 1
+            for j in range(m):
+                if live[j] and l >= first[j] and not (
+                        math.isfinite(qa[j]) and math.isfinite(qb[j]) and math.isfinite(qab[j])):
+                    live[j] = False
+                    nlive -= 1
+                    status[i0 + j] = 1
+        for kk in range(k, nstore):
+            for j in range(m):
+                if first[j] > 0 and store[kk] >= first[j]:
+                    out_qa[kk, i0 + j] = math.nan
+                    out_qab[kk, i0 + j] = math.nan
+                    if general:
+                        out_qb[kk, i0 + j] = math.nan
+        for j in range(m):
+            if live[j]:
+                status[i0 + j] = 0
+"""
+
+# The tail of every generated module: the recursion and the grid kernel, compiled by numba.
+_RECURSION_SOURCE = STEP_SOURCE + """
+
+first_layer = njit(inline="always", **_OPTS)(first_layer)
+layer_step = njit(inline="always", **_OPTS)(layer_step)
+
+""" + GRID_SOURCE
+
+_PRELUDE = """import math
+
+import numpy as np
+from numba import njit, prange
+
+_OPTS = dict(cache=True, fastmath=False, error_model="numpy")
+"""
+
+
+_GRAM = Q1 * Q2 - Q12**2
+
+# sqrt(q1 q2 - q12^2) (the arc-cosine kernels' sin(theta) sqrt(q1 q2)) clamped at 0 and scaled by
+# an exact power of two when q is huge or tiny, so q1*q2 cannot overflow (|q| up to ~1e308) or
+# underflow. Exact scaling: same rounding as the direct formula, and exactly 0 at c = 1.
+_HELPER_SOURCE = '''
+@njit(**_OPTS)
+def _gram_sqrt(q1, q2, q12):
+    m = max(abs(q1), abs(q2), abs(q12))
+    if 1e-150 < m < 1e150 or m == 0.0 or not math.isfinite(m):
+        return math.sqrt(max(q1 * q2 - q12 * q12, 0.0))
+    e = math.frexp(m)[1]
+    a = math.ldexp(q1, -e)
+    b = math.ldexp(q2, -e)
+    c = math.ldexp(q12, -e)
+    return math.ldexp(math.sqrt(max(a * b - c * c, 0.0)), e)
+'''
+
+
+class NumbaPrinter(PythonCodePrinter):
+    """Python/``math`` printer for numba's nopython mode, restricted to :data:`ALLOWED`."""
+    printmethod = "_numbacode"
+
+    def __init__(self, settings=None):
+        super().__init__(dict({"fully_qualified_modules": True, "standard": "python3"}, **(settings or {})))
+
+    def _print_Pow(self, expr, rational=False):
+        b, e = expr.as_base_exp()
+        if e == sp.S.Half and sp.expand(b - _GRAM) == 0:
+            return "_gram_sqrt(q1, q2, q12)"
+        if e.is_Rational and not e.is_Integer and e.q == 2:
+            base = f"max({self._print(b)}, 0.0)"
+            root = f"math.sqrt({base})"
+            if e == sp.S.Half:
+                return root
+            if e == -sp.S.Half:
+                return f"(1.0/{root})"
+            return f"({base}**({self._print(e)}))"
+        return super()._print_Pow(expr, rational=rational)
+
+    def _print_Max(self, expr):
+        return "max(" + ", ".join(f"float({self._print(a)})" for a in expr.args) + ")"
+
+    def _print_Min(self, expr):
+        return "min(" + ", ".join(f"float({self._print(a)})" for a in expr.args) + ")"
+
+    def _print_not_supported(self, expr):
+        raise NotImplementedError(f"the generated-code printer cannot print {expr}")
+
+
+def check_printable(expr: sp.Expr, what: str, args=()) -> None:
+    """Raise NotImplementedError naming the first construct outside the allow-list."""
+    for node in sp.preorder_traversal(expr):
+        if isinstance(node, sp.Integral):
+            raise NotImplementedError(
+                f"{what} has no closed form (it contains an unevaluated Integral); generated code "
+                f"needs closed-form maps. Supported: {_SUPPORTED_TEXT}.")
+        if isinstance(node, sp.Symbol):
+            if node not in args:
+                raise NotImplementedError(f"{what} contains the symbol {node}; only {', '.join(map(str, args))} may appear.")
+            continue
+        if isinstance(node, sp.Function):
+            if type(node) not in ALLOWED:
+                name = getattr(node.func, "__name__", str(node.func))
+                raise NotImplementedError(
+                    f"{what} contains the function '{name}', which the generated-code printer does not "
+                    f"support. Supported: {_SUPPORTED_TEXT}.")
+            continue
+        if not isinstance(node, _ATOMS):
+            raise NotImplementedError(
+                f"{what} contains '{type(node).__name__}' ({node}), which the generated-code printer does "
+                f"not support. Supported: {_SUPPORTED_TEXT}.")
+
+
+def stable_form(expr: sp.Expr) -> sp.Expr:
+    """An exactly equal form that avoids overflow at large q.
+
+    Products of exponentials are merged into one exponential of the summed exponent
+    (sin/cos kernels: (exp(2 q12) - 1) exp(-q1/2 - q12 - q2/2) -> exp(q12 - ...) - exp(-q12 - ...)),
+    so intermediate exp(2 q12) never overflows while the product is representable.
+    """
+    if expr.has(sp.exp):
+        return sp.powsimp(sp.expand(expr), combine="exp")
+    return expr
+
+
+def print_map(expr: sp.Expr, what: str, args) -> str:
+    expr = stable_form(sp.sympify(expr))
+    check_printable(expr, what, args)
+    return NumbaPrinter().doprint(expr)
+
+
+def _versions() -> str:
+    from symfield.core.version import __version__
+    vs = [f"symfield {__version__}", f"sympy {sp.__version__}",
+          f"python {sys.version_info.major}.{sys.version_info.minor}"]
+    try:
+        vs.append(f"numba {metadata.version('numba')}")
+    except metadata.PackageNotFoundError:  # pragma: no cover
+        vs.append("numba ?")
+    return ", ".join(vs)
+
+
+def module_source(name: str, V: sp.Expr, C: sp.Expr) -> str:
+    """The complete text of the generated module (byte-stable for equal input)."""
+    v_code = print_map(V, f"the map V of {name}", (Q,))
+    c_code = print_map(C, f"the map C of {name}", (Q1, Q2, Q12))
+    header = "\n".join([
+        "# Generated by symfield.codegen from the symbolic kernel maps. Do not edit:",
+        "# the file is keyed by a hash of its content and regenerated when anything changes.",
+        f"# activation: {name}",
+        f"# versions: {_versions()}",
+        f"# V(q)           = {sp.sstr(V)}",
+        f"# C(q1, q2, q12) = {sp.sstr(C)}",
+    ])
+    return f"""{header}
+{_PRELUDE}
+{_HELPER_SOURCE}
+
+@njit(inline="always", **_OPTS)
+def V(M, q):
+    return {v_code}
+
+
+@njit(inline="always", **_OPTS)
+def C(M, q1, q2, q12):
+    return {c_code}
+
+
+@njit(inline="always", **_OPTS)
+def in_domain(M, qa, qb, qab):
+    return True
+
+{_RECURSION_SOURCE}"""
+
+
+def table_module_source(maps_source: str) -> str:
+    """A generated module whose V, C, in_domain read their data M (symfield.tables) at run time."""
+    header = "\n".join([
+        "# Generated by symfield.codegen: table-interpolated maps (symfield.tables) + the recursion.",
+        "# Do not edit: the file is keyed by a hash of its content.",
+        f"# versions: {_versions()}",
+    ])
+    return f"""{header}
+{_PRELUDE}
+{_HELPER_SOURCE}
+{maps_source}
+{_RECURSION_SOURCE}"""
+
+
+def write_source(slug: str, src: str) -> Path:
+    """Write ``src`` as cache_dir()/sf_<slug>_<hash>.py (if absent, atomically); returns the path."""
+    digest = hashlib.sha256(src.encode()).hexdigest()[:20]
+    slug = re.sub(r"[^0-9A-Za-z]+", "_", slug).strip("_")[:40] or "act"
+    directory = cache_dir()
+    path = directory / f"sf_{slug}_{digest}.py"
+    if path.exists():
+        return path
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp_", suffix=".py")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(src)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write(name: str, V: sp.Expr, C: sp.Expr) -> Path:
+    """Generate (if absent) the module for these maps; returns its path. Never rewrites a file."""
+    return write_source(name, module_source(name, V, C))
+
+
+_LOADED: dict = {}   # path -> module
+_PATHS: dict = {}    # (name, V, C) -> path of the generated file
+
+
+def load_path(path: Path):
+    """Import a generated module from its path (once per process)."""
+    path = Path(path)
+    key = str(path)
+    if key not in _LOADED:
+        modname = "symfield_generated_" + path.stem
+        spec = importlib.util.spec_from_file_location(modname, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[modname] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(modname, None)
+            raise
+        _LOADED[key] = module
+    return _LOADED[key]
+
+
+def load(K):
+    """The compiled module (V(M, q), C(M, q1, q2, q12), layer_step, recurse) of a closed-form Kernel ``K``
+    (M is ignored; pass :func:`no_data`).
+
+    Raises NotImplementedError (before importing numba) when a map is not printable.
+    """
+    key = (K.act.name, K.V, K.C)
+    if key not in _PATHS:
+        _PATHS[key] = write(*key)
+    return load_path(_PATHS[key])
+
+
+def no_data():
+    """The M argument of closed-form modules (ignored; one fixed type keeps one compiled signature)."""
+    import numpy as np
+    return np.zeros(1)

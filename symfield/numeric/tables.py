@@ -1,0 +1,1004 @@
+"""Fast maps without a closed form: certified piecewise-Chebyshev tables of V and C.
+
+V(q) and C(q1, q2, q12) do not depend on sigma_w2, sigma_b2, so each activation psi gets ONE table,
+built once, checked, cached on disk, and evaluated inside the compiled recursion
+(:mod:`symfield.codegen`). Two kinds:
+
+``homogeneous``  psi(t u) = t^n psi(u) (t > 0; relu + max-pool, leaky relu + max-pool, ...):
+                 V = q^n V(1),  C(q1, q2, q12) = (q1 q2)^(n/2) g(theta): a 1-D table in
+                 theta = arccos c, valid for ANY q1, q2 (also q_aa != q_bb).
+``general``      the equal-norm maps, tabulated as V(q) = q v(q), C(q, q, q cos theta) = q w(theta) g(q, theta)
+                 when psi(0) = 0 (relative accuracy as q -> 0; w = cos(theta) for odd psi, so C(q, q, 0)
+                 = 0 exactly and C stays relative-accurate near c = 0), else V = v, C = g themselves.
+                 Panels in q: p = 0 is [0, 2^E0] in the variable sqrt(q); p >= 1 is [2^(E0+p-1), 2^(E0+p)]
+                 in log2 q (16 Chebyshev nodes each). Each q-panel has theta-cells (graded towards
+                 theta = 0 and pi, where the kernel's scale is ~ 1/sqrt(q), and bisected until the
+                 Chebyshev tail is below TAIL) with 16 x 16 tensor Chebyshev interpolants in (x(q), theta).
+                 Built lazily: only the q-panels a grid reaches (symfield.propagate extends the table
+                 when points leave it, up to q = 2^Q_CAP_EXP; beyond, the quadrature path takes over).
+                 Unequal norms (q_aa != q_bb) are not tabulated: propagate uses quadrature there.
+
+Variables: in theta the large-q limit of tanh, (2/pi) arcsin c = 1 - 2 theta/pi, is linear and the
+kinks' (1 - c^2)^(n/2) are powers of sin(theta); for odd or even psi only theta in [0, pi/2] is
+tabulated (C(pi - theta) = -C(theta) resp. C(theta)).
+
+Node values (the reference the table is built from and checked against):
+- each Integral E[f(u) g(v)] with smooth f, g (tanh, softplus, sigmoid, silu, gelu, mish, and the
+  avg-pools of these): the polar Chebyshev-Fourier rule :func:`polar_coefficients`, which gives
+  C(q1, q2, sqrt(q1 q2) cos theta) for ALL theta at once from one set of coefficients (~1-50 ms per q;
+  for odd psi also C/cos(theta) without cancellation, :func:`polar_eval_over_cos`);
+- max-pools of a monotone phi smooth except at x = 0 (tanh, sigmoid, softplus, erf; relu, leaky relu):
+  one :class:`symfield.maxrule.Rule` per theta (the h_k law depends on c only), evaluated at all the
+  q-nodes of a panel at once (~50-100 ms per theta for 16-33 q); its error (RULE_FLOOR, measured in
+  tests/test_pool_fast.py against the exact linear max2 map and mpmath) is added to C's bound;
+- everything else (kinked activations, other max-pools): symfield.numeric's quadrature (~20-400 ms per point).
+
+Certification: every cell is also evaluated at held-out points -- the second-kind Chebyshev points
+cos(pi k/n), k = 0..n (T_n peaks there; ends included) -- against the same node evaluator (full
+tensor grid for the fast evaluator, a diagonal set for the slow one), and MP_CHECKS random points per
+build at q <= MP_QMAX against mpmath (``dps`` quadrature of the defining integral; unavailable for
+max-pool covariances). A panel worse than ACCEPT is refused (TableError; propagate then uses quadrature).
+The reported bound is 2 x (4 x for diagonal sets) the largest held-out error plus the largest mpmath
+discrepancy (plus QUAD_FLOOR for C when the nodes come from the slow quadrature, which the held-out
+points cannot see); errors are measured like everywhere in symfield: V relative, C against
+sqrt(V(q1) V(q2)) (its Cauchy-Schwarz scale), and for odd psi also C relative to |C| (``C_rel``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import sympy as sp
+
+from symfield.symbolic.formula import X as x
+from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
+from symfield.core.files import cache_dir, save_npz
+from symfield.symbolic.gaussian import homogeneous
+from symfield.symbolic.integrals import Kind, integrals, kinds
+
+TABLE_VERSION = 3
+E0 = -8                 # panel 0 is q in [0, 2^E0] (tanh's V is Gevrey, not analytic, at q = 0)
+Q_CAP_EXP = 16          # tables never extend beyond q = 2^16
+N_T = 16                # Chebyshev nodes per q-panel (fixed: the compiled evaluation is unrolled)
+N_TH = N_T              # Chebyshev nodes per theta-cell (the compiled evaluation is square)
+ACCEPT = 1e-11          # a panel whose held-out error exceeds this is refused (TableError)
+TAIL = 4e-15            # resolved: the last three Chebyshev coefficients are below TAIL x scale
+MAX_CELLS = 64          # theta-cells per q-panel before giving up
+MP_CHECKS = 2           # random mpmath spot checks per build call (when a dps path exists) ...
+MP_QMAX = 2.0           # ... at q <= MP_QMAX (mpmath's 2-D quadrature costs ~2 s at q = 1, ~1 min at q = 8)
+MP_DPS = 15
+QUAD_FLOOR = 1e-12      # error of symfield.quadrature's 2-D rules (max_expect2: measured ~4e-13 against an
+#                         independent argmax decomposition, tests/test_tables.py), added to C's bound
+RULE_FLOOR = 1e-13      # error of symfield.maxrule's rule (measured <= 1e-14, tests/test_pool_fast.py), added to C's bound
+_SLOW = "symfield.numeric quadrature"
+_RULE = "max-pool h_k rule (symfield.maxrule)"
+
+
+class TableError(ArithmeticError):
+    """A table could not be built to the required accuracy (the caller falls back to quadrature)."""
+
+
+# ----------------------------------------------------------------------------- Chebyshev helpers
+def cheb_nodes(n):
+    """First-kind Chebyshev points cos(pi (k + 1/2)/n), k = 0..n-1 (descending)."""
+    return np.cos(np.pi * (np.arange(n) + 0.5) / n)
+
+
+def heldout_nodes(n):
+    """Second-kind points cos(pi k/n), k = 0..n: between the nodes and at both ends, where |T_n| = 1
+    (the extrema of the leading interpolation error) and where the Lebesgue function is largest."""
+    return np.cos(np.pi * np.arange(0, n + 1) / n)
+
+
+def cheb_fit(values, axis=-1):
+    """Chebyshev coefficients of the interpolant through first-kind nodes (DCT-II)."""
+    from scipy.fft import dct
+    n = values.shape[axis]
+    a = dct(values, type=2, axis=axis) / n
+    idx = [slice(None)] * a.ndim
+    idx[axis] = 0
+    a[tuple(idx)] *= 0.5
+    return a
+
+
+def _chebval(x, a):
+    return np.polynomial.chebyshev.chebval(x, a)
+
+
+# ----------------------------------------------------------------------------- polar rule
+_GLT, _GLW = np.polynomial.legendre.leggauss(12)
+R_MAX = 10.0
+
+
+def _radial_rule(qmax):
+    """Nodes/weights of int_0^R_MAX r e^(-r^2/2) h(r) dr: panels graded geometrically towards 0 from
+    r0 = pi/(4 sqrt(qmax)) (h's singularities lie on the imaginary axis at |r| >= pi/(2 sqrt(q)) for
+    tanh-like phi), unit panels above 1; 12 Gauss-Legendre points each."""
+    r0 = min(1.0, math.pi / (4.0 * math.sqrt(qmax)))
+    edges = [0.0]
+    r = r0
+    while r < 0.75:
+        edges.append(r)
+        r *= 2.0
+    edges += [float(k) for k in range(1, int(R_MAX) + 1)]
+    e = np.asarray(edges)
+    a, b = e[:-1, None], e[1:, None]
+    rr = (a + 0.5 * (b - a) * (1 + _GLT)).ravel()
+    w = (0.5 * (b - a) * _GLW).ravel() * rr * np.exp(-0.5 * rr * rr)
+    return rr, w
+
+
+def _angular(f, rho, parity):
+    """A[i, m] = (1/2 pi) int f(rho_i cos a) e^(-i m a) da, m = 0..K (DCT-I on K + 1 Chebyshev points,
+    K doubled until the last quarter of the coefficients is below 1e-15 of the largest)."""
+    from scipy.fft import dct
+    K = 32
+    while True:
+        h = K // 2
+        xs = np.cos(np.pi * np.arange(h + 1) / K)
+        xs[h] = 0.0
+        xs = np.concatenate([xs, -xs[h - 1::-1]])     # exactly antisymmetric: x_(K-j) = -x_j
+        F = f((rho[:, None] * xs[None, :]).ravel()).reshape(rho.size, K + 1)
+        A = dct(F, type=1, axis=1) / (2 * K)
+        top = np.abs(A).max(initial=0.0)
+        if np.abs(A[:, 3 * K // 4:]).max(initial=0.0) <= 1e-15 * top or top == 0:
+            break
+        K *= 2
+        if K > 2 ** 17:
+            raise TableError(f"polar rule: the angular series of the activation at radius {rho.max():.3g} "
+                             f"needs more than 2^17 terms")
+    if parity == 1:
+        A[:, 0::2] = 0.0
+    elif parity == 2:
+        A[:, 1::2] = 0.0
+    return A
+
+
+def polar_coefficients(f, g, q1, q2, parity=0):
+    """Cosine coefficients P_m of C(theta) = E[f(u) g(v)] = sum_m P_m cos(m theta), where
+    u = sqrt(q1) r cos(a), v = sqrt(q2) r cos(a - theta) (the standard construction in polar
+    coordinates of (z1, z2)): with A_m(rho) the Chebyshev coefficients of f(rho x) on [-1, 1],
+        P_m = (2 - [m = 0]) int_0^inf r e^(-r^2/2) A_m(sqrt(q1) r) B_m(sqrt(q2) r) dr.
+    f, g: vectorised float64 callables; parity 1 (odd) / 2 (even) zeroes the vanishing modes."""
+    r, w = _radial_rule(max(q1, q2, 1e-300))
+    parts = []
+    # radii in chunks (one panel of 12 each): small radii need few angular terms
+    for i in range(0, r.size, _GLT.size):
+        sl = slice(i, i + _GLT.size)
+        A = _angular(f, math.sqrt(q1) * r[sl], parity)
+        B = A if (g is f and q1 == q2) else _angular(g, math.sqrt(q2) * r[sl], parity)
+        m = min(A.shape[1], B.shape[1])
+        parts.append((w[sl, None] * A[:, :m] * B[:, :m]).sum(0))
+    P = np.zeros(max(p.size for p in parts))
+    for p in parts:
+        P[:p.size] += p
+    P[1:] *= 2.0
+    return P
+
+
+def polar_eval(P, theta):
+    """sum_m P_m cos(m theta) at an array of theta."""
+    theta = np.asarray(theta, dtype=float)
+    m = np.arange(P.size)
+    out = np.empty(theta.size)
+    for i in range(0, theta.size, 256):
+        out[i:i + 256] = np.cos(np.outer(theta.ravel()[i:i + 256], m)) @ P
+    return out.reshape(theta.shape)
+
+
+def polar_eval_over_cos(P, theta):
+    """C(theta)/cos(theta) for odd C (odd modes only): with d = pi/2 - theta,
+    cos(m theta)/cos(theta) = (-1)^((m-1)/2) sin(m d)/sin(d) -- no cancellation as theta -> pi/2."""
+    theta = np.asarray(theta, dtype=float)
+    m = np.arange(1, P.size, 2)
+    coef = P[1::2] * np.where(((m - 1) // 2) % 2 == 0, 1.0, -1.0)
+    d = (0.5 * math.pi - theta).ravel()
+    out = np.empty(d.size)
+    for i in range(0, d.size, 256):
+        dd = d[i:i + 256]
+        sd = np.sin(dd)
+        S = np.where(sd[:, None] != 0, np.sin(np.outer(dd, m)) / np.where(sd == 0, 1.0, sd)[:, None], m[None, :])
+        out[i:i + 256] = S @ coef
+    return out.reshape(theta.shape)
+
+
+# ----------------------------------------------------------------------------- node evaluator
+class _Polar2:
+    """Vectorised E[f(u) g(v)] at arrays (q1, q2, q12) via polar_coefficients (cached per (q1, q2))."""
+
+    def __init__(self, f, g, parity):
+        self.f, self.g, self.parity, self.cache = f, g, parity, {}
+
+    def __call__(self, a, b, c):
+        a, b, c = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (a, b, c)))
+        out = np.empty(a.shape)
+        flat = [v.ravel() for v in (a, b, c)]
+        res = out.reshape(-1)
+        keys = np.stack(flat[:2], axis=1)
+        for key in np.unique(keys, axis=0):
+            sel = np.all(keys == key, axis=1)
+            k = (float(key[0]), float(key[1]))
+            if k not in self.cache:
+                if len(self.cache) > 256:
+                    self.cache.clear()
+                self.cache[k] = polar_coefficients(self.f, self.g, *k, parity=self.parity)
+            sq = math.sqrt(k[0]) * math.sqrt(k[1])
+            cc = np.clip(flat[2][sel] / sq, -1.0, 1.0)
+            th = np.arctan2(np.sqrt(np.maximum((1 - cc) * (1 + cc), 0.0)), cc)
+            res[sel] = polar_eval(self.cache[k], th)
+        return out
+
+
+class Evaluator:
+    """Float64 node values of V(q) and C(q1, q2, q12) for the table builder.
+
+    ``fast`` is True when every 2-D integral in C goes through the polar rule (then C at many
+    theta for one q costs about as much as one theta)."""
+
+    def __init__(self, K, parity):
+        from symfield.numeric import evaluate as N
+        from symfield.numeric import quadrature as QD
+        self.K = K
+        if K.act.pool is None or K.act.k == 1:   # E[phi^2] by quadrature (also where V's closed form cancels)
+            f2 = N.vectorised(K.act.expr ** 2, N.NUMPY_MODULES)
+            self.V = lambda qv: QD.expect1_vec(f2, qv, kinks=tuple(K.kinks))
+        else:
+            self.V = N.evaluator(K.V, (Q,), tuple(K.kinks), None)
+        impls, repl, fast = {}, {}, True
+        for i, I in enumerate(integrals(K.C)):
+            spec = I.integrand
+            name = f"_quad{i}"
+            if spec.kind is Kind.NORMAL2 and not K.kinks:
+                f = N.vectorised(spec.f, N.NUMPY_MODULES)
+                g = f if spec.g == spec.f else N.vectorised(spec.g, N.NUMPY_MODULES)
+                # parity of the pair: both odd -> odd modes only, both even -> even modes only
+                impls[name] = _Polar2(f, g, parity if spec.f == spec.g else 0)
+            else:
+                impls[name] = N.integral_rule(spec, tuple(K.kinks), None)
+                fast = False
+            repl[I] = sp.Function(name)(*((I.scale(),) if spec.kind.dims == 1 else (Q1, Q2, Q12)))
+        self.fast = fast
+        self.maxrule = None
+        atoms_ = integrals(K.C)
+        if len(atoms_) == 1 and K.C == atoms_[0]:
+            spec = atoms_[0].integrand
+            if spec.kind is Kind.MAX2 and set(float(v) for v in K.kinks) <= {0.0}:
+                f = N.vectorised(spec.f, N.NUMPY_MODULES)
+                g = f if spec.g == spec.f else N.vectorised(spec.g, N.NUMPY_MODULES)
+                self.maxrule, self.fast = (f, g, spec.k), True
+        atoms = list(K.C.atoms(sp.Integral))
+        # C is one polar integral (single-node phi): C/cos(theta) directly for odd psi
+        self.single = impls["_quad0"] if len(atoms) == 1 and K.C == atoms[0] and isinstance(impls.get("_quad0"), _Polar2) else None
+        fn = sp.lambdify((Q1, Q2, Q12), K.C.xreplace(repl), modules=[impls] + N.NUMPY_MODULES)
+
+        def C(a, b, c):
+            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                out = np.asarray(fn(a, b, c), dtype=float)
+            return np.broadcast_to(out, np.broadcast(a, b, c).shape).copy()
+        self.C = C
+
+    def C_over_cos(self, q, th):
+        """C(q, q, q cos theta)/cos(theta) at arrays q, theta, for odd single-node phi (else None)."""
+        if self.single is None:
+            return None
+        out = np.empty(np.shape(q))
+        for qq in np.unique(q):
+            sel = q == qq
+            k = (float(qq), float(qq))
+            pol = self.single
+            if k not in pol.cache:
+                pol.cache[k] = polar_coefficients(pol.f, pol.g, *k, parity=pol.parity)
+            out[sel] = polar_eval_over_cos(pol.cache[k], th[sel])
+        return out
+
+
+# ----------------------------------------------------------------------------- analysis
+def _phi(K):
+    return (K.base.act.expr if K.base is not None else K.act.expr), K.act.pool, K.act.k
+
+
+def analyse(K):
+    """(kind, degree, parity, psi(0)^2) of a kernel, or raise NotImplementedError (not tabulable)."""
+    phi, pool, k = _phi(K)
+    if Kind.LEVEL2 in kinds(K.C):
+        raise NotImplementedError(f"{K.act.name}: max-pool of a non-monotone activation is not tabulated "
+                                  f"(the accuracy of its float64 rule is not certified here); quadrature is used")
+    odd = sp.simplify(phi.subs(x, -x) + phi) == 0
+    even = sp.simplify(phi.subs(x, -x) - phi) == 0
+    parity = 2 if even else (1 if odd and (pool in (None, "avg") or k == 1) else 0)
+    h = homogeneous(phi)
+    phi0 = float(sp.N(phi.subs(x, 0), 30))
+    if h is not None and h[0] >= 1:
+        return "homogeneous", int(h[0]), parity, 0.0
+    return "general", 0, parity, phi0 * phi0
+
+
+def _panel_q(p, xs):
+    """q at panel coordinates x in [-1, 1] of q-panel p."""
+    xs = np.asarray(xs, dtype=float)
+    if p == 0:
+        return (0.5 * (xs + 1) * 2.0 ** (E0 / 2)) ** 2
+    return 2.0 ** (E0 + p - 1 + 0.5 * (xs + 1))
+
+
+def panel_of(q):
+    """Index of the q-panel containing q >= 0 (same rule as the compiled lookup)."""
+    if q < 2.0 ** E0:
+        return 0
+    return math.frexp(q)[1] - E0
+
+
+def _initial_cells(qhi, tmax, parity, graded=True):
+    """theta-cells: [pi/4, pi/2] (and its mirror), graded by halving towards 0 (and pi) down to
+    ~1/(4 sqrt q) (graded=False: no grading; bisection refines where the Chebyshev tail asks)."""
+    lo = [math.pi / 4]
+    while graded and lo[-1] > 1.0 / (4.0 * math.sqrt(qhi)) and lo[-1] > 1e-3:
+        lo.append(lo[-1] / 2)
+    edges = sorted({0.0, math.pi / 2, *lo})
+    if tmax > math.pi / 2 + 1e-12:
+        edges = sorted(set(edges) | {math.pi - e for e in edges})
+    edges[-1] = tmax
+    return [(a, b) for a, b in zip(edges[:-1], edges[1:])]
+
+
+@dataclass
+class Panel:
+    """One q-panel (or the single theta-table of a homogeneous kind)."""
+    vcoef: np.ndarray                       # Chebyshev coefficients of v(x) (empty for homogeneous)
+    cells: list                             # [(theta_lo, theta_hi, coef[nt, nth])]
+    err: dict = field(default_factory=dict)  # held-out errors: V, C, C_rel, and 'diag' flag
+
+
+class Table:
+    """The table of one activation; see the module docstring. Build with :func:`table`."""
+
+    def __init__(self, K):
+        self.K = K
+        self.kind, self.degree, self.parity, self.psi0sq = analyse(K)
+        self.panels: dict[int, Panel] = {}
+        self.V1 = None
+        self.info = dict(build_seconds=0.0, mp_checks=[], evaluator=None)
+        self._ev = None
+        self._arrays = None
+
+    # ---------------------------------------------------------------- properties
+    @property
+    def name(self):
+        return self.K.act.name
+
+    @property
+    def theta_max(self):
+        return math.pi / 2 if self.parity else math.pi
+
+    @property
+    def q_range(self):
+        """(q_lo, q_hi) covered (homogeneous: (0, inf))."""
+        if self.kind == "homogeneous":
+            return (0.0, math.inf)
+        if not self.panels:
+            return (math.nan, math.nan)
+        lo, hi = min(self.panels), max(self.panels)
+        return (0.0 if lo == 0 else 2.0 ** (E0 + lo - 1), 2.0 ** (E0 + hi))
+
+    @property
+    def error(self) -> dict:
+        """Certified bounds: V (relative), C (against sqrt(V(q1) V(q2))), C_rel (odd psi: relative to |C|)."""
+        out = {}
+        for key in ("V", "C", "C_rel"):
+            vals = [(4.0 if pn.err.get("diag") else 2.0) * pn.err[key] for pn in self.panels.values() if key in pn.err]
+            if vals:
+                out[key] = max(vals)
+        if self.info.get("evaluator") == _SLOW and "C" in out:
+            out["C"] += QUAD_FLOOR   # nodes by quadrature: its own (measured, not re-checked here) error
+        if self.info.get("evaluator") == _RULE and "C" in out:
+            out["C"] += RULE_FLOOR
+        mp = [c["err"] for c in self.info["mp_checks"]]
+        if mp:
+            out["C"] = out.get("C", 0.0) + max(mp)
+            if "C_rel" in out:
+                out["C_rel"] += max(c.get("err_rel", 0.0) for c in self.info["mp_checks"])
+        return out
+
+    @property
+    def bound(self) -> float:
+        """max(V, C) of :attr:`error`: per application of a map, in its natural scale."""
+        e = self.error
+        return max(e.get("V", 0.0), e.get("C", 0.0))
+
+    def evaluator(self):
+        if self._ev is None:
+            self._ev = Evaluator(self.K, self.parity)
+            if self.kind == "homogeneous" and self._ev.maxrule is not None:
+                # one q: the quadrature's ~130 nodes (~3 s) beat the rule's graded cells (~25 s, measured)
+                self._ev.maxrule, self._ev.fast = None, False
+            self.info["evaluator"] = (_RULE if self._ev.maxrule else
+                                      "polar Chebyshev-Fourier rule" if self._ev.fast else _SLOW)
+        return self._ev
+
+    # ---------------------------------------------------------------- building
+    def _g(self, ev, q, th):
+        """Tabulated g at arrays q, theta (same shape), from node values of C."""
+        c = np.cos(th)
+        if ev.maxrule is not None:   # one rule per theta, all q at once
+            from symfield.numeric.maxrule import Rule
+            f, g, k = ev.maxrule
+            C = np.empty(np.shape(q))
+            for tv in np.unique(th):
+                sel = th == tv
+                C[sel] = Rule(math.cos(tv), k, q[sel].max()).expect(f, g, q[sel], q[sel])
+            if self.kind == "homogeneous" or self.psi0sq != 0:
+                return C / c if self.parity == 1 else C
+            return C / (q * c) if self.parity == 1 else C / q
+        if self.kind == "homogeneous":
+            C = ev.C(np.ones_like(q), np.ones_like(q), c)
+            return C / c if self.parity == 1 else C
+        if self.parity == 1 and self.psi0sq == 0:
+            G = ev.C_over_cos(q, th)
+            if G is not None:
+                return G / q
+        C = ev.C(q, q, q * c)
+        if self.psi0sq != 0:
+            return C
+        return C / (q * c) if self.parity == 1 else C / q
+
+    def _C_from_g(self, q, th, g):
+        c = np.cos(th)
+        if self.kind == "homogeneous":
+            return g * c if self.parity == 1 else g
+        if self.psi0sq != 0:
+            return g
+        return q * (c if self.parity == 1 else 1.0) * g
+
+    def _build_cells(self, ev, qs, qh, Vh, heldout_full, xh=None):
+        """Adaptive theta-cells for q-nodes qs (1 for homogeneous) + held-out errors at qh."""
+        nt = qs.size
+        pending = _initial_cells(qs.max() if self.kind == "general" else 1.0, self.theta_max, self.parity,
+                                 graded=ev.fast)
+        tn, th_h = cheb_nodes(N_TH), heldout_nodes(N_TH)
+        cells, scale, tail_q = [], None, 0.0
+        # the quadrature's nodes carry ~QUAD_FLOOR noise: a tail at that level is noise, not resolution
+        tail = (4 * TAIL if ev.maxrule else TAIL) if ev.fast else QUAD_FLOOR
+        while pending:
+            if len(cells) + len(pending) > MAX_CELLS:
+                raise TableError(f"{self.name}: theta-cells did not converge (more than {MAX_CELLS} cells)")
+            ths = np.concatenate([0.5 * (a + b) + 0.5 * (b - a) * tn for a, b in pending])
+            G = self._g(ev, np.repeat(qs, ths.size), np.tile(ths, nt)).reshape(nt, -1)
+            if not np.all(np.isfinite(G)):
+                raise TableError(f"{self.name}: non-finite node values")
+            if scale is None:
+                scale = max(np.abs(G).max(), 1e-300)
+            nxt = []
+            for j, (a, b) in enumerate(pending):
+                vals = G[:, j * N_TH:(j + 1) * N_TH]
+                coef = cheb_fit(cheb_fit(vals, axis=1), axis=0) if nt > 1 else cheb_fit(vals, axis=1)
+                tail_th = np.abs(coef[..., -3:]).max()
+                tail_t = np.abs(coef[-3:, :]).max() if nt > 1 else 0.0
+                tail_q = max(tail_q, tail_t / scale)
+                if tail_th > tail * scale and b - a > 1e-6:
+                    nxt += [(a, 0.5 * (a + b)), (0.5 * (a + b), b)]
+                else:
+                    cells.append((a, b, coef.reshape(nt, N_TH)))
+            pending = nxt
+        cells.sort(key=lambda c: c[0])
+        # held-out: second-kind points in theta (and q), against fresh node values
+        errC, errR = 0.0, 0.0
+        Vref = Vh if self.kind == "general" else np.array([self.V1])
+        for a, b, coef in cells:
+            yh = th_h
+            ths = 0.5 * (a + b) + 0.5 * (b - a) * yh
+            if heldout_full or nt == 1:
+                XQ, YT = np.meshgrid(np.arange(qh.size), np.arange(ths.size), indexing="ij")
+            else:  # diagonal: every held-out q once, every held-out theta once
+                k = max(qh.size, ths.size)
+                XQ, YT = (np.arange(k) % qh.size)[None, :], ((np.arange(k) * 7) % ths.size)[None, :]
+            xq = (heldout_nodes(nt) if xh is None else xh)[XQ] if nt > 1 else np.zeros(XQ.shape)
+            qq, tt = qh[XQ], ths[YT]
+            ref_g = self._g(ev, qq.ravel(), tt.ravel()).reshape(qq.shape)
+            got_g = _cheb2d(coef, xq, yh[YT])
+            ref_C = self._C_from_g(qq, tt, ref_g)
+            got_C = self._C_from_g(qq, tt, got_g)
+            scaleC = Vref[XQ] * (qq ** self.degree if self.kind == "homogeneous" else 1.0)
+            errC = max(errC, float(np.max(np.abs(got_C - ref_C) / scaleC)))
+            if self.parity == 1:   # relative error of C = q12 g (where the reference g itself is clean)
+                ok = np.ones(tt.shape, bool) if ev.single is not None else np.cos(tt) >= 1e-3
+                rel = np.abs(got_g - ref_g) / np.maximum(np.abs(ref_g), 1e-300)
+                errR = max(errR, float(np.max(rel[ok], initial=0.0)))
+        err = {"C": errC, "diag": not (heldout_full or nt == 1), "tail_q": tail_q}
+        if self.parity == 1:
+            err["C_rel"] = errR
+        return cells, err
+
+    def _vfit(self, q, V):
+        """Tabulated v: (V - 0)/q when psi(0) = 0 (relative accuracy as q -> 0), else V itself."""
+        return V / q if self.psi0sq == 0 else V
+
+    def _build_panel(self, ev, p):
+        xs, xh = cheb_nodes(N_T), heldout_nodes(N_T)
+        if p == 0:
+            xh[-1] = -1 + 1e-12          # q ~ 1e-27 rather than q = 0 (relative errors there)
+        qs, qh = _panel_q(p, xs), _panel_q(p, xh)
+        Vs, Vh = ev.V(qs), ev.V(qh)
+        vcoef = cheb_fit(self._vfit(qs, Vs))
+        got = _chebval(xh, vcoef)
+        got = got * qh if self.psi0sq == 0 else got
+        errV = float(np.max(np.abs(got - Vh) / np.abs(Vh)))
+        cells, err = self._build_cells(ev, qs, qh, Vh, ev.fast, xh)
+        err["V"] = errV
+        return Panel(vcoef, cells, err)
+
+    def ensure(self, q_lo=None, q_hi=None, progress=None):
+        """Build the panels needed to cover [q_lo, q_hi] (contiguously with those present); returns
+        the number of panels built. Homogeneous kind: builds the theta-table once."""
+        t0 = time.perf_counter()
+        ev = None
+        built = []
+        if self.kind == "homogeneous":
+            if 0 in self.panels:
+                return 0
+            ev = self.evaluator()
+            self.V1 = float(ev.V(np.array([1.0]))[0])
+            cells, err = self._build_cells(ev, np.array([1.0]), np.array([1.0]), None, True)
+            self.panels[0] = _accept(self, 0, Panel(np.zeros(0), cells, err))
+            built = [0]
+        else:
+            lo = panel_of(max(q_lo, 0.0))
+            hi = panel_of(q_hi)
+            if hi > Q_CAP_EXP - E0:
+                raise TableError(f"{self.name}: q = {q_hi:.3g} is beyond the table cap 2^{Q_CAP_EXP}")
+            if self.panels:
+                lo, hi = min(lo, min(self.panels)), max(hi, max(self.panels))
+            for p in range(lo, hi + 1):
+                if p not in self.panels:
+                    ev = ev or self.evaluator()
+                    if progress:
+                        progress(p)
+                    self.panels[p] = _accept(self, p, self._build_panel(ev, p))
+                    built.append(p)
+        if built:
+            self._arrays = None
+            self._mp_checks(built)
+            self.info["build_seconds"] += time.perf_counter() - t0
+            save(self)
+        return len(built)
+
+    def _mp_checks(self, built, n=None):
+        """Random points in the new panels against mpmath (dps quadrature of the defining integral)."""
+        n = MP_CHECKS if n is None else n
+        if not n or self.K.act.pool == "max":   # max-pool C in mpmath costs minutes: checked in the tests instead
+            return
+        from symfield.theory.maps import C as C_mp, V as V_mp
+        rng = np.random.default_rng(len(self.info["mp_checks"]) + 17)
+        cand = [p for p in built if self.kind == "homogeneous" or _panel_q(p, -1.0) < MP_QMAX]
+        for _ in range(n if cand else 0):
+            p = int(rng.choice(cand))
+            if self.kind == "homogeneous":
+                q = 1.0
+            else:
+                hi = min(MP_QMAX, float(_panel_q(p, 1.0)))
+                lo = float(_panel_q(p, -1.0))
+                q = float(rng.uniform(lo, hi)) if p else float(rng.uniform(0.05, 1.0) * hi)
+            th = float(rng.uniform(0.0, math.pi))
+            q12 = q * math.cos(th)
+            try:
+                ref = float(C_mp(self.K.act, q, q, q12, dps=MP_DPS))
+                Vq = float(V_mp(self.K.act, q, dps=MP_DPS))
+            except NotImplementedError:
+                return   # no dps path (max-pool covariance): held-out checks only
+            got = float(self.C(q, q, q12))
+            rec = dict(q=q, theta=th, err=abs(got - ref) / Vq)
+            if self.parity == 1 and ref != 0:
+                rec["err_rel"] = abs(got - ref) / abs(ref)
+            self.info["mp_checks"].append(rec)
+
+    # ---------------------------------------------------------------- run time
+    def arrays(self):
+        """The data tuple M read by the compiled V, C, in_domain (see MAPS_SOURCE)."""
+        if self._arrays is None:
+            self._arrays = _pack(self)
+        return self._arrays
+
+    def module(self):
+        return load_module()
+
+    def V(self, q):
+        """V(q) from the table (float64, compiled evaluation; NaN outside the table)."""
+        q = np.asarray(q, dtype=float)
+        out = self.module().V_many(self.arrays(), np.ascontiguousarray(q.ravel()))
+        return out.reshape(q.shape) if q.ndim else float(out[0])
+
+    def C(self, q1, q2, q12):
+        """C(q1, q2, q12) from the table (general kind: q1 == q2 only; NaN outside)."""
+        a, b, c = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (q1, q2, q12)))
+        out = self.module().C_many(self.arrays(), *(np.ascontiguousarray(v.ravel()) for v in (a, b, c)))
+        return out.reshape(a.shape) if a.ndim else float(out[0])
+
+    def describe(self) -> str:
+        e = self.error
+        lo, hi = self.q_range
+        rng = "all q" if self.kind == "homogeneous" else f"q in [{lo:.3g}, {hi:.3g}]"
+        ncells = sum(len(p.cells) for p in self.panels.values())
+        return (f"table of {self.name}: {self.kind}" + (f" degree {self.degree}" if self.kind == "homogeneous" else "")
+                + f", parity {('none', 'odd', 'even')[self.parity]}, {rng}, {len(self.panels)} panel(s), {ncells} cells; "
+                + ", ".join(f"{k} <= {v:.1e}" for k, v in e.items()) + f"; nodes by {self.info['evaluator']}")
+
+
+def _accept(T, p, pn):
+    vals = [v for k, v in pn.err.items() if k in ("V", "C")]
+    worst = math.nan if any(v != v for v in vals) else max(vals)
+    if not worst <= ACCEPT:
+        raise TableError(f"{T.name}: panel {p} reaches only {worst:.1e} at held-out points (required {ACCEPT:.0e})")
+    return pn
+
+
+def _cheb2d(coef, xq, yt):
+    """sum_ij coef[i, j] T_i(x) T_j(y) at arrays x, y."""
+    nt, nth = coef.shape
+    if nt == 1:
+        return np.polynomial.chebyshev.chebval(yt, coef[0])
+    return np.polynomial.chebyshev.chebval2d(xq, yt, coef)
+
+
+# ----------------------------------------------------------------------------- packing + compiled maps
+# Layout of the flat data array M (one float64 array: one cheap argument for the compiled code).
+_H = 16   # header: kind, parity, p_lo, p_hi, E0, degree, scaled, V1, psi0^2, 2^E0, 2^(E0/2),
+#           offsets of: V coefficients, per-panel first cell, cell edges, cell coefficients; cell block size
+
+
+def _pack(T):
+    """Flatten a table into M: header (_H), V coefficients (N_T per panel), first cell index per
+    panel (+ end), theta edges (2 per cell), cell coefficients (fixed block per cell)."""
+    ps = sorted(T.panels) or [0]
+    plo, phi = (0, 0) if T.kind == "homogeneous" else (ps[0], ps[-1])
+    if T.kind == "general" and ps != list(range(plo, phi + 1)):
+        raise TableError(f"{T.name}: panels {ps} are not contiguous")
+    blk = N_TH if T.kind == "homogeneous" else N_T * N_TH
+    vco, first, edges, cco = [], [0], [], []
+    for p in range(plo, phi + 1):
+        pn = T.panels[p]
+        if T.kind == "general":
+            if pn.vcoef.size != N_T:
+                raise TableError(f"panel {p}: {pn.vcoef.size} V coefficients, the compiled evaluation needs {N_T}")
+            vco.append(pn.vcoef)
+        for a, b, coef in pn.cells:
+            if coef.size != blk:
+                raise TableError(f"cell shape {coef.shape}: the compiled evaluation needs {blk} coefficients")
+            edges += [a, b]
+            cco.append(coef.ravel())
+        first.append(first[-1] + len(pn.cells))
+    vco = np.concatenate(vco) if vco else np.zeros(0)
+    OV = _H
+    OP = OV + vco.size
+    OE = OP + len(first)
+    OC = OE + len(edges)
+    head = [1 if T.kind == "homogeneous" else 0, T.parity, plo, phi, E0, T.degree, 1 if T.psi0sq == 0 else 0,
+            T.V1 if T.V1 is not None else np.nan, T.psi0sq, 2.0 ** E0, 2.0 ** (E0 / 2), OV, OP, OE, OC, blk]
+    assert len(head) == _H
+    return np.concatenate([np.asarray(head, dtype=float), vco, np.asarray(first, dtype=float),
+                           np.asarray(edges, dtype=float)] + cco)
+
+
+def _tree(terms):
+    """A balanced sum of expression strings (short dependency chains)."""
+    while len(terms) > 1:
+        terms = [f"({terms[i]} + {terms[i + 1]})" if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
+    return terms[0]
+
+
+def _cheb_source(n):
+    """Unrolled Chebyshev sums of fixed degree n - 1: T_k by the three-term recurrence, then
+    independent products summed as balanced trees (the CPU overlaps them; Clenshaw is one serial chain)."""
+    def tvals(v):
+        out = [f"    {v}0 = 1.0", f"    {v}1 = {v}", f"    {v}2_ = 2.0 * {v}"]
+        out += [f"    {v}{k} = {v}2_ * {v}{k - 1} - {v}{k - 2}" for k in range(2, n)]
+        return out
+    one = ["@njit(inline=\"always\", **_OPTS)", "def _cheb1(c, o, y):", f'    """sum_(k<{n}) c[o + k] T_k(y)."""']
+    one += tvals("y") + [f"    d = c[o:o + {n}]", "    return " + _tree([f"d[{k}] * y{k}" for k in range(n)])]
+    two = ["@njit(inline=\"always\", **_OPTS)", "def _cheb2(c, o, x, y):", f'    """sum_(i,j<{n}) c[o + {n} i + j] T_i(x) T_j(y)."""']
+    two += tvals("x") + tvals("y") + [f"    d = c[o:o + {n * n}]"]
+    for i in range(n):
+        two.append(f"    r{i} = " + _tree([f"d[{n * i + j}] * y{j}" for j in range(n)]))
+    two.append("    return " + _tree([f"x{i} * r{i}" for i in range(n)]))
+    return "\n".join(one) + "\n\n\n" + "\n".join(two) + "\n"
+
+
+MAPS_SOURCE = _cheb_source(N_T) + """
+
+@njit(inline="always", **_OPTS)
+def _panel(M, q):
+    \"\"\"(i, x): index of q's panel among those stored (-1 if none) and q's coordinate in [-1, 1].\"\"\"
+    if q < M[9]:
+        p = 0
+        x = 2.0 * math.sqrt(q) / M[10] - 1.0
+    else:
+        mant, e = math.frexp(q)
+        p = e - int(M[4])
+        x = 2.0 * math.log2(mant) + 1.0
+    if p < M[2] or p > M[3] or not (0.0 <= q < math.inf):
+        return -1, x
+    return p - int(M[2]), x
+
+
+@njit(inline="always", **_OPTS)
+def in_domain(M, qa, qb, qab):
+    \"\"\"True where the table can evaluate the step (always for the homogeneous kind).\"\"\"
+    if M[0] == 1.0:
+        return True
+    return _panel(M, qa)[0] >= 0
+
+
+@njit(**_OPTS)
+def V(M, q):
+    \"\"\"homogeneous: V(1) q^n; general: q v(x) if psi(0) = 0 else v(x) (NaN outside the table).\"\"\"
+    if M[0] == 1.0:
+        return M[7] * q ** int(M[5])
+    i, x = _panel(M, q)
+    if i < 0:
+        return math.nan
+    v = _cheb1(M, int(M[11]) + NT * i, x)
+    return q * v if M[6] == 1.0 else v
+
+
+@njit(**_OPTS)
+def C(M, q1, q2, q12):
+    \"\"\"C from the theta-cells of q1's panel, theta = atan2(sqrt((1 - c)(1 + c)), c) (|c| with parity);
+    general kind: equal norms (q2 = q1) only.\"\"\"
+    hom = M[0] == 1.0
+    par = int(M[1])
+    if q1 == q2:
+        sq = q1
+        if sq == 0.0:
+            return 0.0 if hom else M[8]
+        a = (q1 - q12) / q1
+        b = (q1 + q12) / q1
+        c = q12 / q1
+    else:
+        sq = math.sqrt(q1) * math.sqrt(q2)
+        if sq == 0.0:
+            return 0.0 if hom else M[8]
+        c = q12 / sq
+        a = 1.0 - c
+        b = 1.0 + c
+    sn = math.sqrt(max(a * b, 0.0))
+    th = math.atan2(sn, abs(c)) if par != 0 else math.atan2(sn, c)
+    if hom:
+        i = 0
+        x = 0.0
+    else:
+        i, x = _panel(M, q1)
+        if i < 0:
+            return math.nan
+    OP = int(M[12])
+    lo = int(M[OP + i])
+    hi = int(M[OP + i + 1]) - 1
+    OE = int(M[13])
+    while lo < hi:   # the last cell whose lower edge is <= theta
+        mid = (lo + hi + 1) // 2
+        if M[OE + 2 * mid] <= th:
+            lo = mid
+        else:
+            hi = mid - 1
+    ta = M[OE + 2 * lo]
+    tb = M[OE + 2 * lo + 1]
+    y = min(1.0, max(-1.0, (2.0 * th - ta - tb) / (tb - ta)))
+    o = int(M[14]) + int(M[15]) * lo
+    if hom:
+        g = _cheb1(M, o, y)
+        n = int(M[5])
+        if par == 1:
+            return q12 * sq ** (n - 1) * g
+        return sq ** n * g
+    g = _cheb2(M, o, x, y)
+    if M[6] == 0.0:
+        return g
+    if par == 1:
+        return q12 * g
+    return q1 * g
+
+
+@njit(**_OPTS)
+def V_many(M, q):
+    out = np.empty(q.shape[0])
+    for i in range(q.shape[0]):
+        out[i] = V(M, q[i]) if (M[0] == 1.0 or _panel(M, q[i])[0] >= 0) else math.nan
+    return out
+
+
+@njit(**_OPTS)
+def C_many(M, q1, q2, q12):
+    out = np.empty(q1.shape[0])
+    for i in range(q1.shape[0]):
+        ok = M[0] == 1.0 or (q1[i] == q2[i] and _panel(M, q1[i])[0] >= 0)
+        out[i] = C(M, q1[i], q2[i], q12[i]) if ok else math.nan
+    return out
+""".replace("NT * i", f"{N_T} * i")
+
+_MODULE = None
+
+
+def load_module():
+    """The compiled table module (one for all activations; the data M is an argument)."""
+    global _MODULE
+    if _MODULE is None:
+        from symfield.numeric import codegen
+        _MODULE = codegen.load_path(codegen.write_source("tables", codegen.table_module_source(MAPS_SOURCE)))
+    return _MODULE
+
+
+# ----------------------------------------------------------------------------- disk cache
+_KEYS: dict = {}
+
+
+def _key(K):
+    k = _KEYS.get(K)
+    if k is None:
+        k = _KEYS[K] = _key_of(K)
+    return k
+
+
+def _key_of(K):
+    from symfield.core.version import __version__
+    parts = [f"table v{TABLE_VERSION}", f"symfield {__version__}", f"E0 {E0} NT {N_T} NTH {N_TH} TAIL {TAIL!r}",
+             K.act.name, sp.srepr(K.act.expr), str(K.act.pool), str(K.act.k), sp.srepr(K.V), sp.srepr(K.C),
+             repr(tuple(K.kinks))]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+
+
+def path_of(K) -> Path:
+    import re
+    slug = re.sub(r"[^0-9A-Za-z]+", "_", K.act.name).strip("_")[:40] or "act"
+    return cache_dir() / "tables" / f"sf_table_{slug}_{_key(K)}.npz"
+
+
+def save(T):
+    """Write the table atomically (npz; JSON metadata). Panels from another process are merged first."""
+    path = path_of(T.K)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    other = _read(path, T.K)
+    if other is not None:
+        for p, pn in other.panels.items():
+            T.panels.setdefault(p, pn)
+    data = {}
+    meta = dict(kind=T.kind, degree=T.degree, parity=T.parity, psi0sq=T.psi0sq, V1=T.V1, info=T.info,
+                panels={})
+    for p, pn in T.panels.items():
+        data[f"v{p}"] = pn.vcoef
+        meta["panels"][str(p)] = dict(err=pn.err, cells=[(a, b) for a, b, _ in pn.cells])
+        for j, (_, _, coef) in enumerate(pn.cells):
+            data[f"c{p}_{j}"] = coef
+    data["meta"] = np.array(json.dumps(meta, sort_keys=True))
+    
+    save_npz(path, data)
+    T.info["path"] = str(path)
+
+
+def _read(path, K):
+    if not path.exists():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            T = Table(K)
+            T.V1, T.info = meta["V1"], meta["info"]
+            for p, d in meta["panels"].items():
+                cells = [(a, b, z[f"c{p}_{j}"]) for j, (a, b) in enumerate(d["cells"])]
+                T.panels[int(p)] = Panel(z[f"v{p}"], cells, d["err"])
+        T.info["path"] = str(path)
+        return T
+    except (OSError, ValueError, KeyError):
+        return None   # unreadable/partial file: rebuilt
+
+
+_TABLES: dict = {}
+
+
+def table(act, q_lo=None, q_hi=None) -> Table:
+    """The table of ``act`` (from this process, the disk cache, or built now), covering [q_lo, q_hi]
+    when given (general kind). Raises NotImplementedError for activations that are not tabulated."""
+    from symfield.symbolic.kernel import Kernel, kernel
+    K = act if isinstance(act, Kernel) else kernel(act)
+    key = _key(K)
+    T = _TABLES.get(key)
+    if T is None:
+        T = _read(path_of(K), K) or Table(K)
+        _TABLES[key] = T
+    if T.kind == "homogeneous" or q_hi is not None:
+        T.ensure(0.0 if q_lo is None else q_lo, q_hi)
+    return T
+
+
+# ----------------------------------------------------------------------------- scalar evaluation (no numba)
+def _cheb_vec(y, n):
+    """(T_0(y), ..., T_(n-1)(y)) by the three-term recurrence."""
+    t = [1.0, y]
+    for _ in range(2, n):
+        t.append(2.0 * y * t[-1] - t[-2])
+    return np.asarray(t)
+
+
+def C_scalar(M, q1, q2, q12):
+    """The compiled C of MAPS_SOURCE for one point, in Python/NumPy (~10 us; no compilation), or None
+    outside the table (general kind: unequal norms or q's panel not built)."""
+    hom = M[0] == 1.0
+    if q1 == q2:
+        sq, c = q1, q12 / q1
+        a, b = (q1 - q12) / q1, (q1 + q12) / q1
+    else:
+        if not hom:
+            return None
+        sq = math.sqrt(q1) * math.sqrt(q2)
+        c = q12 / sq
+        a, b = 1.0 - c, 1.0 + c
+    par = int(M[1])
+    sn = math.sqrt(max(a * b, 0.0))
+    th = math.atan2(sn, abs(c)) if par != 0 else math.atan2(sn, c)
+    if hom:
+        i, x = 0, 0.0
+    else:
+        if q1 < M[9]:
+            p, x = 0, 2.0 * math.sqrt(q1) / M[10] - 1.0
+        else:
+            mant, e = math.frexp(q1)
+            p, x = e - int(M[4]), 2.0 * math.log2(mant) + 1.0
+        if p < M[2] or p > M[3] or not (0.0 < q1 < math.inf):
+            return None
+        i = p - int(M[2])
+    OP, OE = int(M[12]), int(M[13])
+    lo, hi = int(M[OP + i]), int(M[OP + i + 1]) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if M[OE + 2 * mid] <= th:
+            lo = mid
+        else:
+            hi = mid - 1
+    ta, tb = M[OE + 2 * lo], M[OE + 2 * lo + 1]
+    y = min(1.0, max(-1.0, (2.0 * th - ta - tb) / (tb - ta)))
+    o, blk = int(M[14]), int(M[15])
+    ty = _cheb_vec(y, N_TH)
+    if hom:
+        g = float(M[o + blk * lo:o + blk * (lo + 1)] @ ty)
+        n = int(M[5])
+        return q12 * sq ** (n - 1) * g if par == 1 else sq ** n * g
+    g = float(_cheb_vec(x, N_T) @ M[o + blk * lo:o + blk * (lo + 1)].reshape(N_T, N_TH) @ ty)
+    if M[6] == 0.0:
+        return g
+    return q12 * g if par == 1 else q1 * g
+
+
+# ----------------------------------------------------------------------------- sf.C's fast path
+BUILD_GUESS = 150.0      # seconds per panel assumed before any build was timed (tanh+max2: ~140 s measured)
+_SPENT: dict = {}        # (table key, panel) -> seconds sf.C spent on quadrature there
+
+
+def fast_C(K, q1, q2, q12, slow):
+    """sf.C for a max-pool covariance without a closed form (``slow()`` = the quadrature path).
+
+    Homogeneous psi: the theta-table, built (~2 s) or loaded on first use, for all q1, q2.
+    General kind: the (q, theta) table where q1 == q2 and q's panel is built (memory or disk); elsewhere
+    the quadrature, whose time per panel is added up: once it exceeds the expected build time of the
+    panel (the last measured one, else BUILD_GUESS) the panel is built (ski rental: at most ~2x the
+    cost of the better of 'always quadrature' and 'build at once'). Unequal norms, q > 2^Q_CAP_EXP:
+    always quadrature."""
+    key = _key(K)
+    T = _TABLES.get(key)
+    if T is None:
+        T = table(K)
+    if T.kind == "homogeneous" or (q1 == q2 and panel_of(q1) in T.panels):
+        v = C_scalar(T.arrays(), q1, q2, q12)
+        if v is not None:
+            return v
+    if T.kind == "homogeneous" or q1 != q2 or panel_of(q1) > Q_CAP_EXP - E0:
+        return slow()
+    t0 = time.perf_counter()
+    out = slow()
+    p = panel_of(q1)
+    spent = _SPENT[key, p] = _SPENT.get((key, p), 0.0) + time.perf_counter() - t0
+    per = T.info["build_seconds"] / len(T.panels) if T.panels else BUILD_GUESS
+    need = 1 if not T.panels else max(p - max(T.panels), min(T.panels) - p, 1)
+    if spent > per * need:
+        T.ensure(q1, q1)
+    return out

@@ -1,0 +1,414 @@
+"""Symbolic Gaussian expectations E[f(u)] and E[f(u) g(v)].
+
+    u ~ N(0, q)  (one node);   (u, v) ~ N(0, [[q1, q12], [q12, q2]])  (two inputs).
+
+Methods, tried in this order (the name of the one that succeeded is returned):
+
+``arccos``     f, g piecewise homogeneous of degree n (f(t) = b t^n, f(-t) = (-1)^n a t^n... for
+               t > 0): the arc-cosine kernels (n = 0, 1, Cho & Saul) with theta = atan2(S, q12),
+               S = sqrt(q1 q2 - q12^2); 1-D: E[z^n; z > 0] = 2^(n/2 - 1) Gamma((n+1)/2)/sqrt(pi).
+``basis``      f, g linear combinations of x^m e^(alpha x) (polynomials, exp, sin, cos, sinh...),
+               erf(b x) and exp(-alpha x^2): pairwise tables -- the moment generating function
+               M(s, t) = exp((s^2 q1 + 2 s t q12 + t^2 q2)/2) differentiated m, n times at
+               (alpha, beta) (Isserlis moments when alpha = beta = 0); the arcsin kernel
+               E[erf(a u) erf(b v)] = (2/pi) atan2(2 a b q12, sqrt(1 + 2a^2 q1 + 2b^2 q2
+               + 4 a^2 b^2 (q1 q2 - q12^2))); E[e^(-a u^2 - b v^2)] = 1/sqrt((1+2a q1)(1+2b q2) - 4ab q12^2).
+``stein``      (1-D) sums of x^m e^(-a x^2) prod_i erf(b_i x) (gelu, x erf(x), erf's dV): Gaussian
+               reweighting E_q[F e^(-a x^2)] = E_q'[F]/sqrt(1+2aq), q' = q/(1+2aq), and Stein's lemma
+               E[x F(x)] = q E[F'(x)], down to Gaussian moments and the arcsin kernel.
+``halfline``   (1-D) f, g piecewise with a kink at 0 and pieces of the x^m e^(alpha x) kind:
+               E[x^m e^(alpha x); x > 0] from the half-line MGF e^(s^2 q/2) erfc(-s sqrt(q/2))/2.
+``integrate``  (1-D) sympy.integrate under a time limit, checked numerically afterwards.
+``integral``   no closed form found: the defining integral is kept (unevaluated sympy Integral
+               over standard normal z, z1, z2 with u = sqrt(q1) z1, v = sqrt(q2)(c z1 + sqrt(1-c^2) z2)).
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from dataclasses import dataclass
+
+import sympy as sp
+
+from symfield.symbolic.formula import X as x
+from symfield.symbolic.integrals import GaussianIntegral, Integrand, Kind
+
+q = sp.Symbol("q", positive=True)
+q1, q2 = sp.symbols("q1 q2", positive=True)
+q12 = sp.Symbol("q12", real=True)
+z, z1, z2 = sp.symbols("z z1 z2", real=True)
+_t = sp.Symbol("t", positive=True)
+_s, _r = sp.symbols("s r")
+
+INTEGRATE_SECONDS = 1.5
+
+
+@dataclass(frozen=True)
+class Expectation:
+    value: sp.Expr
+    method: str
+
+    @property
+    def closed(self) -> bool:
+        return not self.value.has(sp.Integral)
+
+
+def normal_pdf(w):
+    return sp.exp(-w**2 / 2) / sp.sqrt(2 * sp.pi)
+
+
+def integral1(f):
+    """E[f(sqrt(q) z)] as an unevaluated integral over z."""
+    f = sp.sympify(f)
+    return GaussianIntegral(f.subs(x, sp.sqrt(q) * z) * normal_pdf(z), (z, -sp.oo, sp.oo),
+                            integrand=Integrand(Kind.NORMAL1, f))
+
+
+def integral2(f, g):
+    """E[f(u) g(v)] as an unevaluated double integral (standard construction)."""
+    c = q12 / sp.sqrt(q1 * q2)
+    u = sp.sqrt(q1) * z1
+    v = sp.sqrt(q2) * (c * z1 + sp.sqrt(1 - c**2) * z2)
+    return GaussianIntegral(f.subs(x, u) * g.subs(x, v) * normal_pdf(z1) * normal_pdf(z2),
+                            (z1, -sp.oo, sp.oo), (z2, -sp.oo, sp.oo),
+                            integrand=Integrand(Kind.NORMAL2, sp.sympify(f), sp.sympify(g)))
+
+
+# ---------------------------------------------------------------- arc-cosine family
+_PIECEWISE_LINEAR = (sp.Max, sp.Min, sp.Abs, sp.Heaviside, sp.sign)
+
+def homogeneous(f):
+    """(n, a, b) with f(x) = b x^n (x > 0), a x^n (x < 0) (sign convention of a*min(x,0)+b*max(x,0)), else None."""
+    f = sp.sympify(f)
+    if not all(isinstance(n, _PIECEWISE_LINEAR + (sp.Add, sp.Mul, sp.Symbol, sp.Number, sp.NumberSymbol))
+               or isinstance(n, sp.Pow) and n.exp.is_Integer for n in sp.preorder_traversal(f)):
+        return None
+    pos, neg = sp.simplify(f.subs(x, _t)), sp.simplify(f.subs(x, -_t))
+    for n in (0, 1, 2, 3, 4):
+        b, a = sp.simplify(pos / _t**n), sp.simplify(neg / (-_t)**n)
+        if not b.has(_t) and not a.has(_t) and b.is_real is not False and a.is_real is not False:
+            return n, a, b
+        if pos == 0 and neg == 0:
+            return 0, sp.Integer(0), sp.Integer(0)
+    return None
+
+
+def _arccos_pair(hf, hg):
+    (n, a1, b1), (m, a2, b2) = hf, hg
+    if n != m or n > 1:
+        return None
+    S = sp.sqrt(q1 * q2 - q12**2)
+    theta = sp.atan2(S, q12)
+    if n == 1:
+        return sp.simplify((a1 * a2 + b1 * b2) * (S + (sp.pi - theta) * q12) - (a1 * b2 + a2 * b1) * (S - theta * q12)) / (2 * sp.pi)
+    return ((a1 * a2 + b1 * b2) * (sp.pi - theta) + (a1 * b2 + a2 * b1) * theta) / (2 * sp.pi)
+
+
+def _halfmoment(n):
+    """E[z^n; z > 0] for standard normal z."""
+    return 2 ** (sp.Rational(n, 2) - 1) * sp.gamma(sp.Rational(n + 1, 2)) / sp.sqrt(sp.pi)
+
+
+def _arccos1(h):
+    n, a, b = h
+    # f(x) = b x^n on x>0 and a x^n on x<0: E = q^(n/2) (b + (-1)^n a) E[z^n; z>0]
+    return q ** sp.Rational(n, 2) * (b + (-1) ** n * a) * _halfmoment(n)
+
+
+# ---------------------------------------------------------------- basis tables
+def _exp_quadratic(base, ex):
+    """(c2, c1, c0) for a factor exp(c2 x^2 + c1 x + c0) (base**ex with base exp(...) or E), else None."""
+    arg = sp.expand(base.args[0] * ex if isinstance(base, sp.exp) else ex)
+    if not arg.is_polynomial(x) or sp.Poly(arg, x).degree() > 2:
+        return None
+    return arg.coeff(x, 2), arg.coeff(x, 1), arg.subs(x, 0)
+
+
+def _basis(f):
+    """Decompose f = sum coeff * basis; basis is ('pe', m, alpha) | ('erf', b) | ('bump', alpha). None if not possible."""
+    f = sp.expand(sp.sympify(f).rewrite(sp.exp) if f.has(sp.sin, sp.cos, sp.sinh, sp.cosh) else sp.sympify(f))
+    out = []
+    for term in sp.Add.make_args(f):
+        coeff, dep = term.as_independent(x, as_Add=False)
+        if dep == 1:
+            out.append((coeff, ("pe", 0, sp.Integer(0))))
+            continue
+        m, alpha, kind = 0, sp.Integer(0), None
+        for factor in sp.Mul.make_args(sp.powsimp(dep, combine="exp")):
+            base, ex = factor.as_base_exp()
+            if base == x and ex.is_Integer and ex > 0:
+                m += int(ex)
+            elif isinstance(base, sp.exp) or base == sp.E:
+                quad = _exp_quadratic(base, ex)
+                if quad is None:
+                    return None
+                c2, c1, c0 = quad
+                coeff *= sp.exp(c0)
+                if c2 != 0:
+                    if kind is not None or c1 != 0 or not (c2 < 0):
+                        return None
+                    kind = ("bump", -c2)
+                else:
+                    alpha += c1
+            elif isinstance(factor, sp.erf) and ex == 1:
+                b = sp.simplify(factor.args[0] / x)
+                if b.has(x) or kind is not None:
+                    return None
+                kind = ("erf", b)
+            else:
+                return None
+        if kind is not None:
+            if m or alpha != 0:
+                return None
+            out.append((coeff, kind))
+        else:
+            out.append((coeff, ("pe", m, alpha)))
+    return out
+
+
+def _mgf2(m, alpha, n, beta):
+    M = sp.exp((_s**2 * q1 + 2 * _s * _r * q12 + _r**2 * q2) / 2)
+    return sp.diff(M, _s, m, _r, n).subs({_s: alpha, _r: beta})
+
+
+def _mgf1(m, alpha):
+    return sp.diff(sp.exp(_s**2 * q / 2), _s, m).subs(_s, alpha)
+
+
+def _pair_table(bf, bg):
+    """E[bf(u) bg(v)] for two basis functions."""
+    kf, kg = bf[0], bg[0]
+    if kf == "pe" and kg == "pe":
+        return _mgf2(bf[1], bf[2], bg[1], bg[2])
+    if kf == "erf" and kg == "erf":
+        a, b = bf[1], bg[1]
+        return 2 / sp.pi * sp.atan2(2 * a * b * q12, sp.sqrt(1 + 2 * a**2 * q1 + 2 * b**2 * q2 + 4 * a**2 * b**2 * (q1 * q2 - q12**2)))
+    if kf == "bump" and kg == "bump":
+        a, b = bf[1], bg[1]
+        return 1 / sp.sqrt(1 + 2 * a * q1 + 2 * b * q2 + 4 * a * b * (q1 * q2 - q12**2))
+    if {kf, kg} == {"erf", "bump"}:
+        return sp.Integer(0)  # odd times even under the symmetric joint law
+    pe, other = (bf, bg) if kf == "pe" else (bg, bf)
+    if pe[1] == 0 and pe[2] == 0:  # constant times the 1-D mean of the other
+        one = _single_table(other)
+        return one.subs(q, q2 if pe is bf else q1)
+    return None
+
+
+def _single_table(b):
+    if b[0] == "pe":
+        return _mgf1(b[1], b[2])
+    if b[0] == "erf":
+        return sp.Integer(0)
+    return 1 / sp.sqrt(1 + 2 * b[1] * q)
+
+
+def _product_basis(bf, bg):
+    """1-D: the product of two basis functions as a basis expectation at variance q."""
+    kf, kg = bf[0], bg[0]
+    if kf == "pe" and kg == "pe":
+        return _mgf1(bf[1] + bg[1], bf[2] + bg[2])
+    if kf == "bump" and kg == "bump":
+        return 1 / sp.sqrt(1 + 2 * (bf[1] + bg[1]) * q)
+    if kf in ("erf", "bump") and kg in ("erf", "bump"):
+        return _pair_table(bf, bg).subs({q1: q, q2: q, q12: q})
+    pe, other = (bf, bg) if kf == "pe" else (bg, bf)
+    if pe[1] == 0 and pe[2] == 0:
+        return _single_table(other)
+    return None
+
+
+def _basis_expect(f, g, pair):
+    df, dg = _basis(f), _basis(g)
+    if df is None or dg is None:
+        return None
+    total = sp.Integer(0)
+    for cf, bf in df:
+        for cg, bg in dg:
+            val = pair(bf, bg)
+            if val is None:
+                return None
+            total += cf * cg * val
+    return total
+
+
+# ---------------------------------------------------------------- Stein reduction (1-D)
+def _stein_terms(expr):
+    """expr = sum coeff * x^m exp(-a x^2) prod_i erf(b_i x)  ->  [(coeff, m, a, (b_i...))], else None."""
+    out = []
+    for term in sp.Add.make_args(sp.expand(expr)):
+        coeff, dep = term.as_independent(x, as_Add=False)
+        m, a, erfs = 0, sp.Integer(0), []
+        for factor in sp.Mul.make_args(sp.powsimp(dep, combine="exp")):
+            base, ex = factor.as_base_exp()
+            if base == x and ex.is_Integer and ex > 0:
+                m += int(ex)
+            elif isinstance(base, sp.erf) and ex.is_Integer and ex > 0:
+                b = sp.simplify(base.args[0] / x)
+                if b.has(x):
+                    return None
+                erfs += [b] * int(ex)
+            elif isinstance(base, sp.exp) or base == sp.E:
+                quad = _exp_quadratic(base, ex)
+                if quad is None:
+                    return None
+                c2, c1, c0 = quad
+                if c1 != 0 or not c2 <= 0:
+                    return None
+                coeff *= sp.exp(c0)
+                a += -c2
+            elif dep != 1:
+                return None
+        if len(erfs) > 2 + m:
+            return None
+        out.append((coeff, m, a, tuple(erfs)))
+    return out
+
+
+def _stein(m, a, erfs, qq):
+    """E[x^m e^(-a x^2) prod erf(b_i x)], x ~ N(0, qq): Gaussian reweighting and Stein's lemma
+    E[x F(x)] = qq E[F'(x)], down to the arcsin kernel and Gaussian moments."""
+    if a != 0:
+        return _stein(m, 0, erfs, qq / (1 + 2 * a * qq)) / sp.sqrt(1 + 2 * a * qq)
+    if (m + len(erfs)) % 2:
+        return sp.Integer(0)  # odd integrand
+    if not erfs:
+        return sp.factorial2(m - 1) * qq ** sp.Rational(m, 2)
+    if m == 0:
+        if len(erfs) != 2:
+            return None
+        b1, b2 = erfs
+        return 2 / sp.pi * sp.asin(2 * b1 * b2 * qq / sp.sqrt((1 + 2 * b1**2 * qq) * (1 + 2 * b2**2 * qq)))
+    total = sp.Integer(0) if m < 2 else _stein(m - 2, 0, erfs, qq)
+    if total is None:
+        return None
+    total *= max(m - 1, 0)
+    for i, b in enumerate(erfs):
+        part = _stein(m - 1, b**2, erfs[:i] + erfs[i + 1:], qq)
+        if part is None or total is None:
+            return None
+        total += 2 * b / sp.sqrt(sp.pi) * part
+    return qq * total
+
+
+def _stein_expect(f, g):
+    terms = _stein_terms(f * g)
+    if terms is None or not any(e for _, _, _, e in terms):
+        return None
+    total = sp.Integer(0)
+    for coeff, m, a, erfs in terms:
+        val = _stein(m, a, erfs, q)
+        if val is None:
+            return None
+        total += coeff * val
+    return total
+
+
+# ---------------------------------------------------------------- half-line (1-D)
+_HALFLINE_OK = (sp.exp, sp.sin, sp.cos, sp.sinh, sp.cosh, sp.Max, sp.Min, sp.Abs, sp.Heaviside, sp.Piecewise)
+
+
+def _halfline(f, g):
+    if any(not isinstance(a, _HALFLINE_OK) for a in (f * g).atoms(sp.Function)):
+        return None
+    fp, fn = f.subs(x, _t), f.subs(x, -_t)
+    gp, gn = g.subs(x, _t), g.subs(x, -_t)
+    total = sp.Integer(0)
+    for h, sign in ((sp.expand(fp * gp), 1), (sp.expand(fn * gn), -1)):
+        h = sp.simplify(h)
+        d = _basis(h.subs(_t, x) if sign == 1 else h.subs(_t, -x))
+        if d is None or any(b[0] != "pe" for _, b in d):
+            return None
+        for c, (_, m, alpha) in d:
+            half = sp.exp(_s**2 * q / 2) * sp.erfc(-sign * _s * sp.sqrt(q / 2)) / 2  # erfc: no 1 - erf cancellation
+            total += c * sp.diff(half, _s, m).subs(_s, alpha)
+    return total
+
+
+# ---------------------------------------------------------------- sympy.integrate with a time limit
+class _Timeout(Exception):
+    pass
+
+
+_HOPELESS = (sp.tanh, sp.log, sp.atan, sp.asinh, sp.tan, sp.sech)
+
+
+def _integrable_class(expr):
+    """Worth a sympy.integrate attempt: no tanh/log/... and no x in a denominator (sigmoid-like)."""
+    if expr.has(*_HOPELESS):
+        return False
+    return not any(isinstance(n, sp.Pow) and n.exp.is_negative and n.base.has(x) for n in sp.preorder_traversal(expr))
+
+
+def _integrate1(f, g):
+    if threading.current_thread() is not threading.main_thread() or INTEGRATE_SECONDS <= 0:
+        return None
+    if not _integrable_class(f * g):
+        return None
+
+    def handler(signum, frame):
+        raise _Timeout
+
+    old = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, INTEGRATE_SECONDS)
+    try:
+        res = sp.integrate((f * g).subs(x, sp.sqrt(q) * z) * normal_pdf(z), (z, -sp.oo, sp.oo))
+    except _Timeout:
+        return None
+    except Exception:
+        return None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    if res.has(sp.Integral) or res.has(sp.Piecewise) or not res.is_finite:
+        return None
+    return res
+
+
+def _tidy(expr):
+    expr = sp.sympify(expr)
+    if expr.has(sp.I):
+        expr = sp.simplify(sp.expand_complex(expr))
+        if expr.has(sp.I):
+            return None
+    return sp.simplify(expr) if sp.count_ops(expr) < 60 else sp.expand(expr)
+
+
+# ---------------------------------------------------------------- public
+def expect1(f, g=sp.Integer(1), *, try_integrate=True) -> Expectation:
+    """E[f(u) g(u)], u ~ N(0, q), as a SymPy expression in ``q``."""
+    f, g = sp.sympify(f), sp.sympify(g)
+    hf, hg = homogeneous(f), homogeneous(g)
+    if hf and hg:
+        n, a1, b1 = hf
+        m, a2, b2 = hg
+        return Expectation(sp.simplify(_arccos1((n + m, a1 * a2, b1 * b2))), "arccos")
+    val = _basis_expect(f, g, _product_basis)
+    if val is not None and (val := _tidy(val)) is not None:
+        return Expectation(val, "basis")
+    val = _stein_expect(f, g)
+    if val is not None and (val := _tidy(val)) is not None:
+        return Expectation(val, "stein")
+    if not (f * g).has(sp.DiracDelta):
+        val = _halfline(f, g)
+        if val is not None and (val := _tidy(val)) is not None:
+            return Expectation(val, "halfline")
+    if try_integrate and not (f * g).has(sp.DiracDelta):
+        val = _integrate1(f, g)
+        if val is not None:
+            return Expectation(val, "integrate")
+    return Expectation(integral1(f * g), "integral")
+
+
+def expect2(f, g) -> Expectation:
+    """E[f(u) g(v)] as a SymPy expression in ``q1, q2, q12``."""
+    f, g = sp.sympify(f), sp.sympify(g)
+    hf, hg = homogeneous(f), homogeneous(g)
+    if hf and hg:
+        val = _arccos_pair(hf, hg)
+        if val is not None:
+            return Expectation(val, "arccos")
+    val = _basis_expect(f, g, _pair_table)
+    if val is not None and (val := _tidy(val)) is not None:
+        return Expectation(val, "basis")
+    return Expectation(integral2(f, g), "integral")

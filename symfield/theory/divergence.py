@@ -1,0 +1,118 @@
+"""How the drift ratio gamma^(l) = q12/(q - q12) behaves with depth (MATH.md sections 5, 6).
+
+Criterion. Over the last half of the layers, fit
+    exponential:  log gamma = a + r l + e/l          (rate r)
+    power law:    log gamma = b + p log l + d/l      (exponent p; ReLU: gamma ~ 2 l^2/(9 pi^2) (1 + O(1/l)))
+by least squares and report the law with the smaller root-mean-square residual; "finite" when
+gamma converges: its last step is below 1e-8 gamma, or its steps shrink geometrically at a
+constant ratio (then gamma* is the geometric extrapolation). gamma can pass 1e12, where
+1 - c cancels in float64, so closed-form maps are iterated in mpmath (``dps`` digits, default 40)
+carrying q and q12 exactly (dps doubles automatically whenever 1 - c falls below 10^-(dps - 15),
+so a deep ordered run never stalls into a false "finite"); maps without a closed form use the float64 recursion of
+:func:`symfield.propagate` and only layers with 1 - c > 1e-11 enter the fit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mpmath
+import numpy as np
+
+from symfield.core import validate as check
+from symfield.symbolic.kernel import kernel
+
+CONVERGED = 1e-8
+MAX_DPS = 1000      # digits the mpmath recursion may grow to (dps doubles while 1 - c outgrows them)
+
+
+@dataclass(frozen=True)
+class Divergence:
+    kind: str                 # "exponential", "power-law" or "finite"
+    rate: float | None        # exponential: gamma_(l+1)/gamma_l -> exp(rate)
+    exponent: float | None    # power law: gamma_l ~ l^exponent
+    gamma_star: float | None  # finite: the limit
+    gamma: np.ndarray         # gamma per layer (index 0 is layer 1)
+    rms: dict                 # root-mean-square residual of each fit
+    precision: str            # "mpmath(dps)" or "float64"
+
+
+def _gamma_mp(K, sw, sb, depth, dps):
+    """gamma per layer from the mpmath recursion at dps digits; None when 1 - c fell below
+    10^-(dps - 15) (the difference q - q12 has lost its digits: the caller retries at 2 dps)."""
+    from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
+    from symfield.numeric.evaluate import evaluate, to_mpf
+    out = []
+    with mpmath.workdps(dps):
+        sw, sb = to_mpf(sw), to_mpf(sb)
+        floor = mpmath.mpf(10) ** (15 - dps)
+        qa, qab = sw + sb, sb                       # layer 1 (linear), q0 = 1, qab0 = 0
+        for _ in range(depth):
+            if qa - qab <= floor * qa:
+                return None
+            out.append(qab / (qa - qab))
+            qa, qab = (sw * evaluate(K.V, (Q,), (qa,), K.kinks, dps) + sb,
+                       sw * evaluate(K.C, (Q1, Q2, Q12), (qa, qa, qab), K.kinks, dps) + sb)
+    return np.array([float(g) for g in out])
+
+
+def _geometric_limit(gamma):
+    """gamma* if gamma converges: steps delta_l shrink by a CONSTANT ratio rho < 1 (a power law
+    has 1 - rho ~ 1/l, halving between l = L/2 and L), extrapolated as gamma_L + delta_L rho/(1 - rho)."""
+    g = gamma[np.isfinite(gamma)]
+    if len(g) < 20:
+        return None
+    d = np.diff(g)
+    if abs(d[-1]) <= CONVERGED * abs(g[-1]):
+        return float(g[-1])
+    tail = d[len(d) // 2:]
+    if np.any(tail == 0) or not (np.all(tail > 0) or np.all(tail < 0)):
+        return None
+    rho = tail[1:] / tail[:-1]
+    r_mid, r_end = np.median(rho[: len(rho) // 4]), np.median(rho[-max(len(rho) // 4, 1):])
+    if r_end < 1 and (1 - r_end) >= 0.8 * (1 - r_mid):
+        return float(g[-1] + d[-1] * r_end / (1 - r_end))
+    return None
+
+
+def divergence(act, sigma_w2, sigma_b2, depth=200, dps=40) -> Divergence:
+    """Classify gamma^(l) as "exponential" (with rate), "power-law" (with exponent) or "finite"."""
+    K = kernel(act)
+    sw = float(check.real("divergence", "sigma_w2", sigma_w2, lo=0, lo_open=True))
+    sb = float(check.real("divergence", "sigma_b2", sigma_b2, lo=0))
+    depth = check.integer("divergence", "depth", depth, lo=20, hi=100000)
+    dps = check.integer("divergence", "dps", dps, lo=15, hi=1000)
+    if K.closed_form:
+        gamma = _gamma_mp(K, sw, sb, depth, dps)
+        while gamma is None:          # gamma ~ 1/(1 - c) outgrew the digits: more digits, never a stall
+            if dps >= MAX_DPS:
+                raise ArithmeticError(f"divergence: 1 - c fell below 1e-{MAX_DPS - 15} within {depth} layers "
+                                      f"(gamma beyond ~1e{MAX_DPS - 15}); use a smaller depth.")
+            dps = min(2 * dps, MAX_DPS)
+            gamma = _gamma_mp(K, sw, sb, depth, dps)
+        usable = np.isfinite(gamma)
+        precision = f"mpmath({dps})"
+    else:
+        from symfield.theory.propagate import propagate
+        r = propagate(K.act, sw, sb, depth)
+        gamma = np.asarray(r.gamma, dtype=float)
+        usable = np.isfinite(gamma) & (1 - np.asarray(r.c) > 1e-11)
+        precision = "float64"
+    layers = np.arange(1, depth + 1)
+    limit = _geometric_limit(gamma)
+    if limit is not None:
+        return Divergence("finite", None, None, limit, gamma, {}, precision)
+    sel = usable & (layers > depth // 2) & (gamma > 0)
+    if sel.sum() < 10:
+        raise ArithmeticError(f"divergence: only {int(sel.sum())} usable layers in the second half "
+                              f"(gamma overflowed or 1 - c cancelled); use a smaller depth or a larger dps.")
+    lg, ll = np.log(gamma[sel]), layers[sel].astype(float)
+    fits = {}
+    for kind, xs in (("exponential", ll), ("power-law", np.log(ll))):
+        A = np.vstack([np.ones_like(xs), xs, 1 / ll]).T  # 1/l: the leading finite-depth correction
+        coef, *_ = np.linalg.lstsq(A, lg, rcond=None)
+        fits[kind] = (coef[1], float(np.sqrt(np.mean((A @ coef - lg) ** 2))))
+    kind = min(fits, key=lambda k: fits[k][1])
+    rms = {k: v[1] for k, v in fits.items()}
+    slope = float(fits[kind][0])
+    return Divergence(kind, slope if kind == "exponential" else None, slope if kind == "power-law" else None,
+                      None, gamma, rms, precision)

@@ -1,0 +1,245 @@
+"""Leading-order finite-width theory (Roberts, Yaida & Hanin, ch. 4-5; MATH.md section 8).
+
+Single input, equal widths n. Given layer l, the pre-activations of layer l+1 are exactly
+h_i = sqrt(G) z_i with z_i i.i.d. N(0, 1) and G = (sigma_w2/n) sum_j y_j^2 + sigma_b2 shared
+by the whole layer; G fluctuates:  E[G^(l)] = K^(l) + K1^(l)/n,  Var G^(l) = V^(l)/n  (+ O(1/n^2)).
+Hence E[h^4] - 3 E[h^2]^2 = 3 Var G = 3 V/n: excess kurtosis 3 V/(n K^2).
+
+With <f>_K = E f(sqrt(K) z) (psi and the k nodes of a pool all at variance K):
+
+    K^(l+1)  = sigma_w2 <psi^2>_K + sigma_b2
+    V^(l+1)  = sigma_w2^2 k (<psi^4>_K - <psi^2>_K^2) + chi_par^2 V^(l),   chi_par = sigma_w2 d<psi^2>_K/dK
+    K1^(l+1) = chi_par K1^(l) + (sigma_w2/2) V^(l) d^2<psi^2>_K/dK^2
+
+(k = 1 without pooling; a pool's n/k groups each contribute Var(psi^2), so Var G = k Var(psi^2)/n.)
+Derivation of the K1 term: E f(h) = E_G <f>_G = <f>_K + (K1/n) d<f>/dK + (Var G / 2) d^2<f>/dK^2.
+Equivalently (Edgeworth): the fourth cumulant 3V/n of h adds (3V/n)/4! <f''''>_K = (V/(8n)) <f''''>_K
+= (V/(2n)) d^2<f>_K/dK^2, since d<f>_K/dK = <f''>_K/2 (Gaussian integration by parts).
+Layer 1 is linear with fixed inputs: K^(1) = sigma_w2 q0 + sigma_b2, V^(1) = K1^(1) = 0.
+
+The coefficients are SymPy expressions in K (the symbol ``q`` of :mod:`symfield.gaussian`) and the
+symbols sigma_w2, sigma_b2; closed forms where :func:`symfield.gaussian.expect1` finds them, else
+unevaluated Gaussian integrals. Derivatives of an integral E f(sqrt(q) M) (M standard normal or
+the maximum of k of them) use the scale identity d/dq E f(sqrt(q) M) = E[(x f')(sqrt(q) M)]/(2q),
+so they stay integrals the quadrature layer evaluates. Residual blocks are not covered: there a
+node is no longer conditionally Gaussian given the previous layer, and the leading-order theory
+needs the node's self-interaction terms, not this recursion.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import mpmath
+import numpy as np
+import sympy as sp
+
+from symfield.core import validate as check
+from symfield.numeric.evaluate import GUARD_DIGITS, evaluate, to_mpf
+from symfield.symbolic import gaussian as G
+from symfield.symbolic.activation import Activation, activation, is_monotone, kinks
+from symfield.symbolic.formula import X as x
+from symfield.symbolic.integrals import GaussianIntegral, Kind
+from symfield.symbolic.pool import max_expect1, max_integral1
+
+_F = "finite_width"
+q = G.q
+sigma_w2, sigma_b2 = sp.symbols("sigma_w2 sigma_b2", nonnegative=True)
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """The recursion's ingredients as SymPy expressions in K = ``q``, ``sigma_w2``, ``sigma_b2``."""
+    psi2: sp.Expr       # <psi^2>_K
+    psi4: sp.Expr       # <psi^4>_K
+    dpsi2: sp.Expr      # d<psi^2>_K/dK
+    d2psi2: sp.Expr     # d^2<psi^2>_K/dK^2
+    K_map: sp.Expr      # sigma_w2 <psi^2>_K + sigma_b2
+    chi_par: sp.Expr    # sigma_w2 d<psi^2>_K/dK
+    V_source: sp.Expr   # sigma_w2^2 k (<psi^4>_K - <psi^2>_K^2)
+    K1_source: sp.Expr  # (sigma_w2/2) d^2<psi^2>_K/dK^2   (multiplies V^(l))
+    k: int
+    methods: dict = field(compare=False)
+
+    @property
+    def closed_form(self) -> bool:
+        return not any(e.has(sp.Integral) for e in (self.psi2, self.psi4, self.dpsi2, self.d2psi2))
+
+
+@dataclass(frozen=True)
+class FiniteWidth:
+    """Per-layer K, V, K1 (row i = layer i + 1; row 0 is the linear layer 1) and the coefficients."""
+    K: np.ndarray
+    V: np.ndarray
+    K1: np.ndarray
+    coefficients: Coefficients
+    layers: np.ndarray
+    params: dict = field(default_factory=dict)
+
+    def G(self, n):
+        """E[h^2] to first order in 1/n: K + K1/n."""
+        return self.K + self.K1 / n
+
+    def kurtosis(self, n):
+        """Excess kurtosis of a pre-activation to first order in 1/n: 3 V/(n K^2)."""
+        return 3 * self.V / (n * self.K**2)
+
+    @property
+    def V_over_K2(self):
+        return self.V / self.K**2
+
+
+# ---------------------------------------------------------------- symbolic coefficients
+def _pool_moment(act: Activation, m: int):
+    """(E[psi(u)^m], method) with u ~ N(0, q I_k)."""
+    phi = act.expr
+    if act.pool is None or act.k == 1:
+        e = G.expect1(phi ** (m // 2), phi ** (m - m // 2))
+        return e.value, e.method
+    if act.pool == "max":
+        if not is_monotone(phi):
+            raise NotImplementedError(f"finite_width supports max-pools of monotone non-decreasing phi only "
+                                      f"(psi = phi(max_j u_j)); {act.single.name} is not monotone.")
+        return max_expect1(phi ** (m // 2), act.k, phi ** (m - m // 2))
+    # avg-pool: moments of the mean of k i.i.d. phi(u_j) from the raw moments m1..m4 of phi
+    k = sp.Integer(act.k)
+    raw = {j: G.expect1(phi ** (j - j // 2), phi ** (j // 2)).value for j in (1, 2, 3, 4)}  # E[phi^j]
+    m1, m2, m3, m4 = raw[1], raw[2], raw[3], raw[4]
+    if m == 2:
+        return (m2 + (k - 1) * m1**2) / k, "avg-pool moments"
+    val = (k * m4 + 4 * k * (k - 1) * m3 * m1 + 3 * k * (k - 1) * m2**2 + 6 * k * (k - 1) * (k - 2) * m2 * m1**2
+           + k * (k - 1) * (k - 2) * (k - 3) * m1**4) / k**4
+    return val, "avg-pool moments"
+
+
+def _dq(expr):
+    """d expr/dq, with each Gaussian integral I = E f(sqrt(q) M) differentiated by the scale identity
+    dI/dq = E[(x f')(sqrt(q) M)]/(2q) (a new registered integral); closed parts by sympy.diff."""
+    ints = sorted(expr.atoms(sp.Integral), key=sp.default_sort_key)
+    if not ints:
+        d = sp.diff(expr, q)
+        return sp.simplify(d) if sp.count_ops(d) < 200 else d
+    funcs = [sp.Function(f"_I{i}")(q) for i in range(len(ints))]
+    d = sp.diff(expr.xreplace(dict(zip(ints, funcs))), q)
+    repl = {}
+    for I, fn in zip(ints, funcs):
+        spec = I.integrand if isinstance(I, GaussianIntegral) else None
+        if spec is None or spec.kind not in (Kind.NORMAL1, Kind.MAX1):
+            raise NotImplementedError(f"finite_width cannot differentiate the integral {I} in K.")
+        g = _drop_vanishing_deltas(sp.expand(x * sp.diff(spec.f, x)), spec.f)
+        if spec.kind is Kind.NORMAL1:
+            repl[sp.Derivative(fn, q)] = G.integral1(g) / (2 * q)
+        else:
+            repl[sp.Derivative(fn, q)] = max_integral1(g, spec.k) / (2 * q)
+    return d.xreplace(repl).xreplace(dict(zip(funcs, ints)))
+
+
+def _drop_vanishing_deltas(g, f):
+    """Remove terms c(x) DiracDelta(x - a) with c(a) = 0 (e.g. x f'(x) for a kink at 0); refuse others."""
+    out = sp.Integer(0)
+    for term in sp.Add.make_args(g):
+        deltas = [fac for fac in sp.Mul.make_args(term) if isinstance(fac, sp.DiracDelta)]
+        if not term.has(sp.DiracDelta):
+            out += term
+        elif len(deltas) == 1 and len(deltas[0].args) == 1:
+            a = sp.solve(deltas[0].args[0], x)
+            c = term / deltas[0]
+            if len(a) == 1 and not c.has(sp.DiracDelta) and sp.simplify(c.subs(x, a[0])) == 0:
+                continue
+            raise NotImplementedError(f"finite_width needs x f'(x) without point masses; f = {f} jumps.")
+        else:
+            raise NotImplementedError(f"finite_width needs x f'(x) without point masses; f = {f} jumps.")
+    return out
+
+
+@lru_cache(maxsize=64)
+def coefficients(act) -> Coefficients:
+    """Symbolic coefficients of the finite-width recursion for ``act`` (cached)."""
+    act = activation(act) if not isinstance(act, Activation) else act
+    k = act.k if act.pool is not None else 1
+    psi2, m2how = _pool_moment(act, 2)
+    psi4, m4how = _pool_moment(act, 4)
+    d1 = _dq(psi2)
+    d2 = _dq(d1)
+    return Coefficients(
+        psi2=psi2, psi4=psi4, dpsi2=d1, d2psi2=d2,
+        K_map=sigma_w2 * psi2 + sigma_b2, chi_par=sigma_w2 * d1,
+        V_source=sigma_w2**2 * k * (psi4 - psi2**2), K1_source=sigma_w2 / 2 * d2, k=k,
+        methods={"psi2": m2how, "psi4": m4how, "derivatives": "sympy.diff" if not psi2.has(sp.Integral)
+                 else "scale identity d/dq E f(sqrt(q) M) = E[x f'(x)]/(2q) (quadrature)"})
+
+
+# ---------------------------------------------------------------- the recursion (one text, three number systems)
+def _recurse(K, sw, sb, depth, coef, k):
+    """The recursion, written once for float64, mpmath and SymPy numbers.
+
+    K: list starting with K^(1) (extended here when shorter than depth); coef(i) returns
+    (<psi^2>, d<psi^2>/dK, <psi^4> - <psi^2>^2, d^2<psi^2>/dK^2) at K[i]."""
+    V, K1 = [0 * K[0]], [0 * K[0]]
+    for i in range(depth - 1):
+        m2, dm2, var, d2m2 = coef(i)
+        if len(K) == i + 1:
+            K.append(sw * m2 + sb)
+        chi = sw * dm2
+        V.append(sw**2 * k * var + chi**2 * V[i])
+        K1.append(chi * K1[i] + sw / 2 * d2m2 * V[i])
+    return K, V, K1
+
+
+def finite_width(act, sigma_w2, sigma_b2, depth, q0=1.0, *, exact=False, dps=None) -> FiniteWidth:
+    """K^(l), V^(l), K1^(l) for l = 1..depth (module docstring for the recursion).
+
+    ``exact=True`` runs the recursion in SymPy numbers (floats read as the decimals they print as,
+    0.1 -> 1/10; needs closed-form coefficients), e.g. relu at sigma_w2 = 2, sigma_b2 = 0 gives
+    V/K^2 = 5 (l - 1) as Rationals; ``dps=N`` uses mpmath at N digits; default float64.
+    Returns arrays (object arrays in the exact/mpmath modes) and the symbolic ``coefficients``.
+    """
+    depth = check.integer(_F, "depth", depth, lo=1)
+    for name, v in (("sigma_w2", sigma_w2), ("sigma_b2", sigma_b2)):
+        if check.real(_F, name, v, lo=0).ndim:
+            check.fail(_F, name, "a scalar (a finite float >= 0)", v, TypeError)
+    if check.real(_F, "q0", q0, lo=0, lo_open=True).ndim:
+        check.fail(_F, "q0", "a scalar (a finite float > 0)", q0, TypeError)
+    dps = check.dps(_F, dps)
+    if not isinstance(exact, bool):
+        check.fail(_F, "exact", "True or False", exact, TypeError)
+    act = activation(act) if not isinstance(act, Activation) else act
+    co = coefficients(act)
+    kk = kinks(act.expr)
+    exprs = (co.psi2, co.dpsi2, co.psi4 - co.psi2**2, co.d2psi2)
+    params = dict(act=act.name, sigma_w2=sigma_w2, sigma_b2=sigma_b2, depth=depth, q0=q0, exact=exact, dps=dps)
+    layers = np.arange(1, depth + 1)
+    if exact:
+        if not co.closed_form:
+            raise NotImplementedError(f"finite_width(exact=True) needs closed-form coefficients; {act.name} has "
+                                      f"Gaussian integrals without a closed form. Use dps= or the float64 default.")
+        sw, sb, q0e = (_exact(v) for v in (sigma_w2, sigma_b2, q0))
+        K = [sw * q0e + sb]
+        K, V, K1 = _recurse(K, sw, sb, depth, lambda i: [e.subs(q, K[i]) for e in exprs], co.k)
+        K, V, K1 = (np.array(arr, dtype=object) for arr in (K, V, K1))
+        return FiniteWidth(K, V, K1, co, layers, params)
+    if dps is not None:
+        with mpmath.workdps(dps + GUARD_DIGITS):
+            sw, sb, q0m = (to_mpf(v) for v in (sigma_w2, sigma_b2, q0))
+            K = [sw * q0m + sb]
+            K, V, K1 = _recurse(K, sw, sb, depth, lambda i: [evaluate(e, (q,), (K[i],), kk, dps + GUARD_DIGITS)
+                                                              for e in exprs], co.k)
+        with mpmath.workdps(dps):
+            K, V, K1 = (np.array([+v for v in arr], dtype=object) for arr in (K, V, K1))
+        return FiniteWidth(K, V, K1, co, layers, params)
+    sw, sb = float(sigma_w2), float(sigma_b2)
+    m2 = lambda K: float(evaluate(exprs[0], (q,), (K,), kk))  # noqa: E731
+    K = [sw * float(q0) + sb]
+    for _ in range(depth - 1):       # K first (the only nonlinear recursion), then the rest vectorised
+        K.append(sw * m2(K[-1]) + sb)
+    K = np.array(K)
+    # the same recursion, the coefficients tabulated at K^(1..depth-1) by one vectorised evaluation each
+    tab = [evaluate(e, (q,), (K[:-1],), kk) for e in exprs]
+    _, V, K1 = _recurse(list(K), sw, sb, depth, lambda i: [t[i] for t in tab], co.k)
+    return FiniteWidth(K, np.array(V, dtype=float), np.array(K1, dtype=float), co, layers, params)
+
+
+def _exact(v):
+    if isinstance(v, (float, np.floating)):
+        return sp.Rational(repr(float(v)))
+    return sp.sympify(v)

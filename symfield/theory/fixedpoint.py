@@ -1,0 +1,684 @@
+"""Fixed points of the variance map, by bracketing root finding (never by iterating the map).
+
+    q* solves g(q) = sigma_w2 V(q) + sigma_b2 - q = 0,
+
+the first root above 0 in the direction the recursion moves from small q (the fixed point
+that the layer recursion reaches and that is stable from below). q* = 0 when sigma_b2 = 0 and
+g < 0 just above 0; q* = inf when g > 0 on the whole bracket (the variance grows without bound,
+e.g. ReLU with sigma_w2 > 2).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import mpmath
+import numpy as np
+
+from symfield.core import validate as check
+from symfield.symbolic.gaussian import q as Q
+from symfield.symbolic.kernel import kernel
+from symfield.numeric.evaluate import evaluate, to_mpf
+from symfield.numeric.vroot import vroot
+
+Q_MIN, Q_MAX = 1e-12, 1e12
+
+
+def _grow(f, hi):
+    """Multiply hi by 4 until f(hi) <= 0; None once hi passes Q_MAX (no sign change)."""
+    while f(hi) > 0:
+        hi *= 4
+        if hi > Q_MAX:
+            return None
+    return hi
+
+
+def _root(f, lo, hi, dps, what):
+    """Bracketed root of f on [lo, hi]: brentq in float64; mpmath (anderson) with dps, verified by
+    its residual (ArithmeticError with achieved vs required error)."""
+    if dps is None:
+        from scipy.optimize import brentq
+        return brentq(lambda t: float(f(t)), lo, hi, xtol=1e-300, rtol=8.9e-16, maxiter=500)
+    root = mpmath.findroot(f, (lo, hi), solver="anderson", tol=mpmath.mpf(10) ** (-2 * dps))
+    resid = abs(f(root))
+    if resid > mpmath.mpf(10) ** (-dps) * max(1, abs(root)):
+        raise ArithmeticError(f"{what}: residual {mpmath.nstr(resid, 3)} exceeds the required "
+                              f"{mpmath.nstr(mpmath.mpf(10) ** -dps, 3)} (dps={dps})")
+    return root
+
+
+def _limit_q(K, qs):
+    """Where to evaluate q-dependent quantities when q* is 0 or inf (scalar or array): q = 1 for
+    positively homogeneous psi (they do not depend on q), else q = 1e-8 (q* = 0) or 1e8 (q* = inf)."""
+    if _degree_one(K):
+        return np.ones_like(qs) if np.ndim(qs) else 1.0
+    return np.where(np.asarray(qs) == 0, 1e-8, 1e8) if np.ndim(qs) else (1e-8 if qs == 0 else 1e8)
+
+
+_DEGREE_ONE = {}
+
+
+_ZERO_AT_ZERO = {}
+
+
+def _zero_at_zero(K):
+    """V(0+) = 0, i.e. psi(0) = 0: q = 0 solves the variance fixed-point equation at sigma_b2 = 0."""
+    if K not in _ZERO_AT_ZERO:
+        import sympy as sp
+        if K.V.has(sp.Integral):
+            v0 = float(evaluate(K.V, (Q,), (1e-30,), K.kinks))
+            _ZERO_AT_ZERO[K] = abs(v0) < 1e-20
+        else:
+            _ZERO_AT_ZERO[K] = sp.limit(K.V, Q, 0, "+") == 0
+    return _ZERO_AT_ZERO[K]
+
+
+_CHI1_CONSTANT = {}
+
+
+def _chi1_constant(K):
+    """V(q)/E[psi'^2](q) = q exactly (closed forms): chi1 does not depend on q (cached check)."""
+    if K not in _CHI1_CONSTANT:
+        import sympy as sp
+        _CHI1_CONSTANT[K] = not K.V.has(sp.Integral) and sp.simplify(K.V / K.dpsi2 - Q) == 0
+    return _CHI1_CONSTANT[K]
+
+
+def _degree_one(K):
+    """psi positively homogeneous of degree 1 (then V/q, C/q and dpsi2 do not depend on q)."""
+    if K not in _DEGREE_ONE:
+        from symfield.symbolic.gaussian import homogeneous
+        h = homogeneous(K.act.expr)
+        _DEGREE_ONE[K] = bool(h and h[0] == 1)
+    return _DEGREE_ONE[K]
+
+
+class _Maps:
+    """float64 maps of one kernel, vectorised over arrays: V(q), dpsi2(q), C(q, c) = C(q, q, c q).
+
+    Closed forms are lambdified. Integral-form V and dpsi2 use certified Chebyshev tables in
+    log q (:mod:`symfield.table1d`, ~1e-15); integral-form C uses the certified (q, theta) tables
+    of :mod:`symfield.tables` where they cover the point, else the quadrature."""
+
+    def __init__(self, K):
+        import sympy as sp
+
+        from symfield.symbolic.gaussian import q1 as Q1, q2 as Q2, q12 as Q12
+        from symfield.numeric.evaluate import evaluator
+        from symfield.numeric.table1d import Table1D
+        self.K = K
+        self._V = evaluator(K.V, (Q,), K.kinks)
+        self._d = evaluator(K.dpsi2, (Q,), K.kinks)
+        self._C = evaluator(K.C, (Q1, Q2, Q12), K.kinks)
+        if K.V.has(sp.Integral):
+            self._V = Table1D(self._V, key=f"V {sp.srepr(K.V)} kinks {K.kinks!r}")
+        if K.dpsi2.has(sp.Integral):
+            self._d = Table1D(self._d, key=f"dpsi2 {sp.srepr(K.dpsi2)} kinks {K.kinks!r}")
+        self._T = None
+        if K.C.has(sp.Integral):
+            from symfield.numeric import tables
+            try:
+                self._T, self._mod = tables.table(K), tables.load_module()
+            except (NotImplementedError, tables.TableError):
+                self._T = None
+
+    def V(self, q):
+        return self._V(np.asarray(q, float))
+
+    def dpsi2(self, q):
+        return self._d(np.asarray(q, float))
+
+    def C(self, q, c):
+        q, c = np.broadcast_arrays(np.asarray(q, float), np.asarray(c, float))
+        if self._T is None:
+            return self._C(q, q, c * q)
+        from symfield.numeric import tables
+        qf, cf = q.ravel(), c.ravel()
+        out = np.full(qf.shape, np.nan)
+        ok = (qf >= 0) & (qf < 2.0 ** tables.Q_CAP_EXP * 0.99)
+        if ok.any():
+            try:
+                if self._T.kind != "homogeneous":
+                    self._T.ensure(float(qf[ok].min()), float(qf[ok].max()))
+                out[ok] = self._mod.C_many(self._T.arrays(), qf[ok], qf[ok], cf[ok] * qf[ok])
+            except tables.TableError:
+                pass
+        bad = np.isnan(out)
+        if bad.any():
+            out[bad] = self._C(qf[bad], qf[bad], cf[bad] * qf[bad])
+        return out.reshape(q.shape)
+
+
+_MAPS = {}
+
+
+def _maps(K):
+    m = _MAPS.get(K)
+    if m is None:
+        m = _MAPS[K] = _Maps(K)
+    return m
+
+
+def _q_star_vec(K, sw, sb):
+    """float64 q* for 1-D arrays sw, sb: the first root of g(q) = sw V(q) + sb - q above 0, except
+    where q = 0 is a fixed point (sigma_b2 = 0, g <= 0 near 0) but the recursion climbs from
+    q^(1) = sw + sb (g(q^(1)) > 0, e.g. x erf(x) at sigma_w2 = 2): then the first root above q^(1)."""
+    M = _maps(K)
+    sw, sb = np.asarray(sw, float), np.asarray(sb, float)
+    out = np.full(sw.shape, np.nan)
+    glo = sw * M.V(np.full(sw.shape, Q_MIN)) + sb - Q_MIN
+    zero = (glo <= 0) & (sb == 0)
+    qa = np.where(zero & (sw > 0), sw + sb, 1.0)
+    ga = np.where(zero & (sw > 0), sw * M.V(qa) + sb - qa, 0.0)
+    up = zero & (ga > 0)
+    out[zero & ~up] = 0.0
+    glo, qlo = np.where(up, ga, glo), np.where(up, qa, Q_MIN)
+    idx = np.nonzero((glo > 0) | up)[0]
+    hi = np.maximum(2 * (sb[idx] + sw[idx]), 1.0)
+    hi = np.where(up[idx], np.maximum(hi, 2 * qlo[idx]), hi)
+    ghi = sw[idx] * M.V(hi) + sb[idx] - hi
+    while True:  # grow the brackets by 4 until g(hi) <= 0; past Q_MAX: q* = inf
+        grow = ghi > 0
+        over = grow & (hi * 4 > Q_MAX)
+        out[idx[over]] = math.inf
+        grow &= ~over
+        if not grow.any():
+            break
+        hi[grow] *= 4
+        ghi[grow] = sw[idx[grow]] * M.V(hi[grow]) + sb[idx[grow]] - hi[grow]
+    ok = ghi <= 0
+    idx, hi, ghi = idx[ok], hi[ok], ghi[ok]
+    if idx.size:
+        lo = qlo[idx]
+        out[idx] = vroot(lambda x, j: sw[idx[j]] * M.V(x) + sb[idx[j]] - x,
+                         lo, hi, glo[idx], ghi)
+    return out
+
+
+def _q_star_scalar(K, sw, sb, dps):
+    def g(qv):
+        return sw * evaluate(K.V, (Q,), (qv,), K.kinks, dps) + sb - qv
+
+    if dps is None:
+        return float(_q_star_vec(K, np.array([sw]), np.array([sb]))[0])
+    with mpmath.workdps(dps + 10):
+        sw, sb = to_mpf(sw), to_mpf(sb)  # decimal reading, as numeric.evaluate
+        lo = mpmath.mpf(Q_MIN)
+        if g(lo) <= 0:
+            if sb != 0:
+                return mpmath.nan
+            if sw == 0 or g(sw) <= 0:
+                return mpmath.mpf(0)
+            lo = sw                # q = 0 is a fixed point, but the recursion climbs from q^(1) = sw
+        hi = _grow(g, max(2 * (sb + sw), 2 * lo, mpmath.mpf(1)))
+        if hi is None:
+            return mpmath.inf
+        root = _root(g, lo, hi, dps, "q_star")
+    with mpmath.workdps(dps):
+        return +root
+
+
+def q_star(act, sigma_w2, sigma_b2, dps=None):
+    """The variance fixed point q* (float64 arrays broadcast; dps=N gives mpmath numbers)."""
+    return _on_grid("q_star", act, sigma_w2, sigma_b2, dps, _q_star_vec, _q_star_scalar)
+
+
+def _on_grid(func, act, sigma_w2, sigma_b2, dps, vec, point_mp):
+    """Validate and broadcast (sigma_w2, sigma_b2); float64: vec(K, sw, sb) on the flat grid at
+    once; dps: point_mp(K, sw, sb, dps) per point (object array of mpf). Scalars in, scalar out."""
+    K = kernel(act)
+    dps = check.dps(func, dps)
+    sw = check.real(func, "sigma_w2", sigma_w2, lo=0)
+    sb = check.real(func, "sigma_b2", sigma_b2, lo=0)
+    sw, sb = np.broadcast_arrays(sw, sb)
+    if dps is None:
+        out = vec(K, sw.ravel(), sb.ravel()).reshape(sw.shape)
+        return out if out.ndim else float(out)
+    out = np.empty(sw.shape, dtype=object)
+    for idx in np.ndindex(sw.shape):
+        out[idx] = point_mp(K, float(sw[idx]), float(sb[idx]), dps)
+    return out if out.ndim else out.item()
+
+
+@dataclass(frozen=True)
+class EOC:
+    """A point of the edge-of-chaos curve: chi1(q*) = 1 with q* = sigma_w2 V(q*) + sigma_b2.
+
+    ``q_slope`` = sigma_w2 V'(q*) (float64), the slope of the variance map there: above 1 this q* is
+    an UNSTABLE fixed point, which the recursion from q^(1) does not reach (e.g. x erf(x) at small
+    sigma_b2: the network's q runs away although chi1(q*) = 1); ``stable`` says which."""
+    sigma_b2: float
+    sigma_w2: float
+    q_star: float
+    q_slope: float = math.nan
+
+    @property
+    def stable(self) -> bool:
+        return bool(self.q_slope <= 1)
+
+
+def _eoc_scalar(K, sb, dps):
+    """Eliminate sigma_w2 (MATH.md section 2): solve h(q) = V(q)/dpsi2(q) + sigma_b2 - q = 0,
+    then sigma_w2 = 1/dpsi2(q*). sigma_b2 = 0: q* = 0 and sigma_w2 = 1/dpsi2(0+) exactly."""
+    import sympy as sp
+    if sb == 0 and _zero_at_zero(K):  # q* = 0 is then a fixed point of the variance map
+        if not K.dpsi2.has(sp.Integral):   # exact limit of the closed form
+            d0 = sp.limit(K.dpsi2, Q, 0, "+")
+            if not d0.is_positive:
+                raise ValueError(f"{K.act.name} has E[psi'^2] -> 0 as q -> 0: no edge of chaos at sigma_b2 = 0.")
+            if dps is None:
+                return float(1 / d0), 0.0
+            with mpmath.workdps(dps):
+                return mpmath.mpf(str(sp.N(1 / d0, dps + 5))), mpmath.mpf(0)
+        # integral form: E[psi'^2](q) = E[psi'^2](0+) + O(q); q far below the working precision
+        tiny = 1e-40 if dps is None else mpmath.mpf(10) ** (-2 * dps - 10)
+        d0 = evaluate(K.dpsi2, (Q,), (tiny,), K.kinks, dps)
+        if not d0 > 0:
+            raise ValueError(f"{K.act.name} has E[psi'^2] -> 0 as q -> 0: no edge of chaos at sigma_b2 = 0.")
+        return (1 / float(d0), 0.0) if dps is None else (1 / d0, mpmath.mpf(0))
+
+    def h(qv):
+        V = evaluate(K.V, (Q,), (qv,), K.kinks, dps)
+        d = evaluate(K.dpsi2, (Q,), (qv,), K.kinks, dps)
+        return V / d + sb - qv
+
+    if _chi1_constant(K):
+        raise ValueError(f"{K.act.name} is positively homogeneous: chi1 = sigma_w2 dpsi2 does not depend on q, "
+                         f"so the EOC is the single point sigma_b2 = 0, sigma_w2 = 1/dpsi2; for sigma_b2 > 0 q* "
+                         f"diverges exactly where chi1 = 1 and there is no EOC curve.")
+    def none_beyond(sbv):
+        return ValueError(f"{K.act.name} has no edge of chaos at sigma_b2 = {sbv} (q* beyond {Q_MAX:g}).")
+
+    if dps is None:
+        sw, qs = _eoc_vec(K, np.array([sb]))
+        if np.isnan(sw[0]):
+            if qs[0] == 0:
+                raise ArithmeticError(f"eoc: h(q) <= 0 at q = {Q_MIN:g}; no bracket for the edge of chaos of {K.act.name}.")
+            raise none_beyond(f"{sb:g}")
+        return float(sw[0]), float(qs[0])
+    with mpmath.workdps(dps + 10):
+        sb = to_mpf(sb)
+        hi = _grow(h, mpmath.mpf(1))
+        if hi is None:
+            raise none_beyond(sb)
+        qs = _root(h, mpmath.mpf(Q_MIN), hi, dps, "eoc")
+        sw = 1 / evaluate(K.dpsi2, (Q,), (qs,), K.kinks, dps)
+    with mpmath.workdps(dps):
+        return +sw, +qs
+
+
+def _eoc_vec(K, sb):
+    """float64 EOC for a 1-D array sb > 0: roots of h(q) = V(q)/E[psi'^2](q) + sigma_b2 - q
+    (h > 0 at q = Q_MIN; the bracket grows by 4 up to Q_MAX), sigma_w2 = 1/E[psi'^2](q*).
+    Returns (sigma_w2, q*); NaN with q* = 0 (no bracket at Q_MIN) or inf (none below Q_MAX)."""
+    M = _maps(K)
+    sb = np.asarray(sb, float)
+
+    def h(qv, j):
+        return M.V(qv) / M.dpsi2(qv) + sb[j] - qv
+
+    n = sb.size
+    lo = np.full(n, Q_MIN)
+    hlo = h(lo, np.arange(n))
+    qs = np.where(hlo <= 0, 0.0, np.nan)
+    hi, hhi = np.ones(n), np.full(n, np.nan)
+    live = hlo > 0
+    hhi[live] = h(hi[live], np.nonzero(live)[0])
+    grow = live & (hhi > 0)
+    while grow.any():
+        j = np.nonzero(grow)[0]
+        hi[j] *= 4
+        hhi[j] = h(hi[j], j)
+        over = hi[j] > Q_MAX
+        qs[j[over & (hhi[j] > 0)]] = math.inf
+        grow[j] = (hhi[j] > 0) & ~over
+    j = np.nonzero(live & (hhi <= 0))[0]
+    if j.size:
+        qs[j] = vroot(lambda x, k: h(x, j[k]), lo[j], hi[j], hlo[j], hhi[j])
+    ok = (qs > 0) & (qs < math.inf)
+    sw = np.full(n, np.nan)
+    sw[ok] = 1.0 / M.dpsi2(qs[ok])
+    return sw, qs
+
+
+def eoc(act, sigma_b2, dps=None) -> EOC:
+    """Edge of chaos at ``sigma_b2``: result with .sigma_w2 and .q_star (bracketing root finder)."""
+    K = kernel(act)
+    dps = check.dps("eoc", dps)
+    sb = float(check.real("eoc", "sigma_b2", sigma_b2, lo=0))
+    sw, qs = _eoc_scalar(K, sb, dps)
+    if float(qs) > 0:
+        dV = evaluate(K.dV, (Q,), (float(qs),), K.kinks)
+    else:                          # q* = 0 (psi(0) = 0): V'(0+) = E[psi'^2](0+)
+        dV = evaluate(K.dpsi2, (Q,), (1e-40,), K.kinks)
+    slope = float(sw) * float(dV)
+    if dps is not None:
+        with mpmath.workdps(dps):
+            sb = to_mpf(sb)
+    return EOC(sigma_b2=sb, sigma_w2=sw, q_star=qs, q_slope=slope)
+
+
+def eoc_curve(act, sigma_b2, dps=None):
+    """sigma_w2 on the edge of chaos for each sigma_b2 (array in, array out)."""
+    K = kernel(act)
+    dps = check.dps("eoc_curve", dps)
+    sb = check.real("eoc_curve", "sigma_b2", sigma_b2, lo=0)
+    if dps is None and (sb > 0).all() and not _chi1_constant(K):
+        sw, qs = _eoc_vec(K, sb.ravel())
+        if not np.isnan(sw).any():
+            return sw.reshape(sb.shape)
+    out = np.empty(sb.shape, dtype=float if dps is None else object)
+    for idx in np.ndindex(sb.shape):   # sigma_b2 = 0, dps, or points that raise a clear error
+        out[idx] = _eoc_scalar(K, float(sb[idx]), dps)[0]
+    return out
+
+
+G_TOL = 1e-13  # |f(c) - c| below this counts as a fixed point (the maps' float64 accuracy)
+SCAN = 64  # grid points scanned for the first sign change of the c-map on the way from c^(1)
+
+
+NEAR_END = 10.0 ** -np.arange(1, 11)  # extra scan points end - (end - c) * 1e-j next to c = +-1
+
+
+def _c_star_vec(K, sw, sb, qs=None):
+    """float64 c* for 1-D arrays: the stable fixed point of g(c) = f(c) - c reached from
+    c1 = sigma_b2/(sigma_w2 + sigma_b2), f(c) = (sigma_w2 C(q*, q*, c q*) + sigma_b2)/q*: the
+    first root of g in the direction f moves c1, located by a scan (SCAN equal steps, then
+    points approaching +-1 geometrically, where the root sits when chi1 is just above 1) and
+    refined by vroot. q* = 0 or inf: the normalised map c' = C(q, q, c q)/V(q) in that limit
+    (sigma_b2 negligible against q; exact for positively homogeneous psi). Returns (c*, q*)."""
+    M = _maps(K)
+    sw, sb = np.asarray(sw, float), np.asarray(sb, float)
+    qs = _q_star_vec(K, sw, sb) if qs is None else qs
+    finite = (qs > 0) & (qs < math.inf)
+    qe = np.where(finite, qs, _limit_q(K, qs))
+    c1 = np.where(sw + sb > 0, sb / np.where(sw + sb > 0, sw + sb, 1.0), 0.0)
+    to_zero = np.nonzero((qs == 0) & (sw > 0))[0] if _descent_cheap(K, M) else np.zeros(0, int)
+    frozen = np.zeros(sw.shape, bool)
+    if to_zero.size:       # start the limit map where the recursion has brought c (c freezes: c* is there)
+        c1 = c1.copy()
+        c1[to_zero], frozen[to_zero] = _descend(M, sw[to_zero])
+    vq = np.where(finite, 1.0, M.V(qe))
+
+    def g(c, j):
+        f = finite[j]
+        val = M.C(qe[j], c)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(f, (sw[j] * val + sb[j]) / qe[j], val / vq[j]) - c
+
+    n = sw.size
+    alln = np.arange(n)
+    out = np.full(n, np.nan)
+    g1 = g(c1, alln)
+    done = (np.abs(g1) <= G_TOL) | (sw == 0) | np.isnan(qs) | frozen
+    out[done] = np.where(np.isnan(qs[done]), np.nan, c1[done])
+    end = np.where(g1 > 0, 1.0, -1.0)
+    fracs = np.concatenate([np.arange(1, SCAN) / SCAN, 1 - NEAR_END / SCAN])
+    prev_c, prev_g = c1.copy(), g1.copy()
+    lo, hi, glo, ghi = (np.full(n, np.nan) for _ in range(4))
+    bracketed = np.zeros(n, bool)
+    for i, t in enumerate(fracs):
+        idx = np.nonzero(~done & ~bracketed)[0]
+        if idx.size == 0:
+            break
+        c = c1[idx] + (end[idx] - c1[idx]) * t
+        gc = g(c, idx)
+        hit = (np.abs(gc) <= G_TOL) & (i < SCAN - 1)
+        out[idx[hit]] = c[hit]
+        done[idx[hit]] = True
+        cross = ~hit & ((gc > 0) != (prev_g[idx] > 0))
+        if i >= SCAN - 1:  # near +-1 a crossing must stand out of the maps' rounding (G_TOL)
+            cross &= np.abs(gc) > G_TOL
+        j = idx[cross]
+        lo[j], hi[j], glo[j], ghi[j] = prev_c[j], c[cross], prev_g[j], gc[cross]
+        bracketed[j] = True
+        prev_c[idx], prev_g[idx] = c, gc
+    rest = ~done & ~bracketed  # no crossing before +-1: the recursion runs to the boundary
+    out[rest] = end[rest]
+    j = np.nonzero(bracketed)[0]
+    if j.size:
+        out[j] = vroot(lambda x, k: g(x, j[k]), lo[j], hi[j], glo[j], ghi[j])
+    return out, qs
+
+
+Q_DESCENT, MAX_DESCENT = 1e-8, 5000   # q* = 0: follow the recursion down to q = Q_DESCENT (layer cap)
+
+
+def _descent_cheap(K, M):
+    """The q* = 0 descent runs where C costs microseconds at every q: closed-form C, or the
+    polar-rule table of a smooth single-node / avg-pool phi. Max-pools and kinked integral-form
+    phi (ELU) keep the limit map from c^(1) (their tables build per q-octave in seconds to minutes)."""
+    import sympy as sp
+    if _degree_one(K):
+        return False                       # the limit map is exact at q = 1 (homogeneous psi)
+    if not K.C.has(sp.Integral):
+        return True
+    T = M._T
+    return (T is not None and K.act.pool != "max" and T.kind != "homogeneous"
+            and T.evaluator().fast and not T.evaluator().maxrule)
+
+
+def _descend(M, sw):
+    """q* = 0 (sigma_b2 = 0): run the recursion q' = sw V(q), c' = C(q, q, c q)/V(q) from layer 1
+    (q = sw, c = 0) down to q <= Q_DESCENT. If there the c-map is the identity to leading order (its
+    displacement C/V - c shrinks with q: psi'(0) != 0, e.g. gelu, silu, mish, elu), c stops moving as
+    q -> 0 and c* is where it freezes: the recursion goes on until |dc| <= 1e-15 ("frozen"). Otherwise
+    (e.g. x erf(x) ~ x^2, C/V -> (1 + 2c^2)/3) the q -> 0 limit map has genuine fixed points and c* is
+    its root reached from the returned c. Returns (c, frozen)."""
+    q, c = sw.astype(float).copy(), np.zeros(sw.shape)
+    for _ in range(MAX_DESCENT):
+        i = np.nonzero((q > Q_DESCENT) & (q < Q_MAX))[0]
+        if i.size == 0:
+            break
+        v = M.V(q[i])
+        c[i], q[i] = np.clip(M.C(q[i], c[i]) / v, -1.0, 1.0), sw[i] * v
+    frozen = np.zeros(sw.shape, bool)
+    small = np.nonzero((q <= Q_DESCENT) & (q > 0))[0]
+    if small.size:
+        ci = c[small]        # displacement of the limit map at two fixed small q (not at the last q,
+        qi = np.full(ci.shape, Q_DESCENT)   # which can be far below where C/V keeps its relative digits)
+        d1 = M.C(qi, ci) / M.V(qi) - ci
+        d2 = M.C(qi / 16, ci) / M.V(qi / 16) - ci
+        frozen[small] = np.abs(d2) <= 0.5 * np.abs(d1) + G_TOL   # drift ~ q^a, a >= 1/4
+        i = np.nonzero(frozen)[0]
+        for _ in range(MAX_DESCENT):
+            i = i[q[i] > 1e-280]
+            if i.size == 0:
+                break
+            v = M.V(q[i])
+            cn = np.clip(M.C(q[i], c[i]) / v, -1.0, 1.0)
+            moved = np.abs(cn - c[i]) > 1e-15
+            c[i], q[i] = cn, sw[i] * v
+            i = i[moved]
+    return c, frozen
+
+
+def _c_star_scalar(K, sw, sb):
+    c, qs = _c_star_vec(K, np.array([float(sw)]), np.array([float(sb)]))
+    return float(c[0]), float(qs[0])
+
+
+def _c_star_mp(K, sw, sb, dps):
+    """c* to dps digits: the float64 root refined by mpmath (secant) on the mp c-map, verified by
+    its residual and by staying within 1e-9 of the float64 root; c1 and +-1 are exact."""
+    from symfield.symbolic.gaussian import q1 as Q1, q2 as Q2, q12 as Q12
+    c0, q0 = _c_star_scalar(K, sw, sb)
+    with mpmath.workdps(dps + 10):
+        swm, sbm = to_mpf(sw), to_mpf(sb)
+        c1 = sbm / (swm + sbm) if swm + sbm > 0 else mpmath.mpf(0)
+        if abs(c0) == 1:
+            return mpmath.mpf(c0)
+        if c0 == float(c1):
+            return +c1
+        if not 0 < q0 < math.inf:
+            raise NotImplementedError("c_star(dps=...) with q* = 0 or inf (a limit map) is float64 only.")
+        qs = _q_star_scalar(K, sw, sb, dps)
+
+        def g(c):
+            return (swm * evaluate(K.C, (Q1, Q2, Q12), (qs, qs, c * qs), K.kinks, dps) + sbm) / qs - c
+        root = _root(g, mpmath.mpf(c0), mpmath.mpf(c0) * (1 + mpmath.mpf(10) ** -9), dps, "c_star")
+        if abs(root - c0) > 1e-9:
+            raise ArithmeticError(f"c_star: the mpmath root {mpmath.nstr(root, 12)} left the float64 "
+                                  f"bracket around {c0!r}; cannot certify c* at dps={dps}")
+    with mpmath.workdps(dps):
+        return +root
+
+
+def c_star(act, sigma_w2, sigma_b2, dps=None):
+    """Stable correlation fixed point c* reached from c^(1) (float64 arrays; dps=N: mpmath)."""
+    return _on_grid("c_star", act, sigma_w2, sigma_b2, dps, lambda K, w, b: _c_star_vec(K, w, b)[0], _c_star_mp)
+
+
+def _neutrality_vec(K, sb, sigma_w2_max=50.0):
+    """float64 neutrality line for a 1-D array sb > 0, by eliminating sigma_w2 (c* = 1/2 known):
+    on the q* equation sigma_w2(q) = (q - sigma_b2)/V(q), q > sigma_b2, solve
+        h(q) = (sigma_w2(q) C(q, q, q/2) + sigma_b2)/q - 1/2 = 0,
+    i.e. 1/2 is a fixed point of the c-map; h -> 1/2 > 0 as q -> sigma_b2+. The bracket grows q by
+    2 until h < 0 (NaN where sigma_w2(q) passes sigma_w2_max or q passes Q_MAX first). Then
+    1/2 must be the stable c* reached from c1 (checked; NaN otherwise). Returns (sigma_w2, q*)."""
+    M = _maps(K)
+    sb = np.asarray(sb, float)
+
+    def parts(qv, j):
+        V = M.V(qv)
+        sw = (qv - sb[j]) / V
+        return sw, (sw * M.C(qv, 0.5) + sb[j]) / qv - 0.5
+
+    n = sb.size
+    lo = sb * (1 + 1e-9)
+    hlo = parts(lo, np.arange(n))[1]
+    hi, hhi = lo.copy(), hlo.copy()
+    live = hhi > 0
+    failed = ~live
+    while live.any():
+        j = np.nonzero(live)[0]
+        lo[j], hlo[j] = hi[j], hhi[j]
+        hi[j] *= 2
+        sw, hhi[j] = parts(hi[j], j)
+        out_of_range = (sw > sigma_w2_max) | (hi[j] > Q_MAX) | ~np.isfinite(hhi[j])
+        failed[j[out_of_range]] = True
+        live[j] = ~out_of_range & (hhi[j] > 0)
+    qs = np.full(n, np.nan)
+    j = np.nonzero(~failed)[0]
+    if j.size:
+        qs[j] = vroot(lambda x, k: parts(x, j[k])[1], lo[j], hi[j], hlo[j], hhi[j])
+    sw = np.where(np.isnan(qs), np.nan, (qs - sb) / M.V(np.where(np.isnan(qs), 1.0, qs)))
+    ok = ~np.isnan(sw)
+    if ok.any():  # 1/2 must be the fixed point the recursion reaches from c1
+        cs = _c_star_vec(K, sw[ok], sb[ok], qs[ok])[0]
+        bad = np.abs(cs - 0.5) > 1e-6
+        sw[np.nonzero(ok)[0][bad]] = np.nan
+    return sw, qs
+
+
+def neutrality(act, sigma_b2, dps=None, sigma_w2_max=50.0):
+    """sigma_w2 where c* = 1/2 (gamma* = 1) at each sigma_b2 > 0, by root finding on the
+    eliminated equation of :func:`_neutrality_vec` (float64, arrays broadcast); dps=N refines
+    the root in mpmath (secant from the float64 root, verified by its residual). Raises
+    ValueError where c* stays above 1/2 for every sigma_w2 <= sigma_w2_max."""
+    K = kernel(act)
+    dps = check.dps("neutrality", dps)
+    sb = check.real("neutrality", "sigma_b2", sigma_b2, lo=0, lo_open=True)
+    wmax = float(check.real("neutrality", "sigma_w2_max", sigma_w2_max, lo=0, lo_open=True))
+    sw, qs = _neutrality_vec(K, sb.ravel(), wmax)
+    if np.isnan(sw).any():
+        bad = sb.ravel()[np.isnan(sw)]
+        raise ValueError(f"{K.act.name} has no neutrality line at sigma_b2 = {', '.join(f'{v:g}' for v in bad[:5])}"
+                         f"{' ...' if bad.size > 5 else ''} for sigma_w2 <= {wmax:g}: c* stays above 1/2 "
+                         f"(prejudiced) there, or 1/2 is not the fixed point reached from c^(1).")
+    if dps is None:
+        return sw.reshape(sb.shape) if sb.ndim else float(sw[0])
+    out = np.empty(sb.size, dtype=object)
+    for i, (b, q0) in enumerate(zip(sb.ravel(), qs)):
+        out[i] = _neutrality_mp(K, float(b), float(q0), dps)
+    return out.reshape(sb.shape) if sb.ndim else out[0]
+
+
+def _neutrality_mp(K, sb, q0, dps):
+    from symfield.symbolic.gaussian import q1 as Q1, q2 as Q2, q12 as Q12
+    with mpmath.workdps(dps + 10):
+        sbm = to_mpf(sb)
+
+        def V(qv):
+            return evaluate(K.V, (Q,), (qv,), K.kinks, dps)
+
+        def h(qv):
+            return ((qv - sbm) / V(qv) * evaluate(K.C, (Q1, Q2, Q12), (qv, qv, qv / 2), K.kinks, dps) + sbm) / qv \
+                - mpmath.mpf(1) / 2
+        qm = mpmath.mpf(q0)
+        root = _root(h, qm, qm * (1 + mpmath.mpf(10) ** -9), dps, "neutrality")
+        if abs(root - qm) > 1e-8 * qm:
+            raise ArithmeticError(f"neutrality: the mpmath root left the float64 bracket at q = {q0!r} (dps={dps})")
+        sw = (root - sbm) / V(root)
+    with mpmath.workdps(dps):
+        return +sw
+
+
+PHASES = ("ordered-deep-prejudice", "edge-of-chaos", "chaotic-deep-prejudice", "prejudice", "neutrality")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """The phase of one initialisation (Table 1 of Bassi et al.) and the fields that decided it."""
+    label: str
+    q_star: float
+    c_star: float
+    gamma_star: float
+    slope: float
+
+
+def _phase_vec(K, sw, sb, tol):
+    """(codes into PHASES, q*, c*, gamma*, slope) for 1-D arrays sw, sb (MATH.md section 6)."""
+    cs, qs = _c_star_vec(K, sw, sb)
+    finite = (qs > 0) & (qs < math.inf)
+    qe = np.where(finite, qs, _limit_q(K, qs))
+    slope = sw * _maps(K).dpsi2(qe)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gamma = np.where(cs >= 1, math.inf, cs / (1 - cs))
+    codes = np.where(cs >= 1, np.where(np.abs(slope - 1) <= tol, 1, np.where(slope < 1, 0, 2)),
+                     np.where(cs > 0.5, 3, 4))
+    return codes, qs, cs, gamma, slope
+
+
+def phase(act, sigma_w2, sigma_b2, eoc_tol=1e-6, full=False):
+    """One of PHASES. c* = 1 (gamma* = inf): ordered / edge-of-chaos / chaotic by the slope
+    chi1 (< 1, |chi1 - 1| <= eoc_tol, > 1); c* in (1/2, 1): prejudice; c* <= 1/2: neutrality.
+    chi1 is taken at q* (at q = 1 for positively homogeneous psi when q* is 0 or inf, where it
+    does not depend on q). ``full=True`` returns a :class:`Phase` with q*, c*, gamma*, slope."""
+    K = kernel(act)
+    sw = float(check.real("phase", "sigma_w2", sigma_w2, lo=0))
+    sb = float(check.real("phase", "sigma_b2", sigma_b2, lo=0))
+    tol = float(check.real("phase", "eoc_tol", eoc_tol, lo=0))
+    codes, qs, cs, gamma, slope = (v[0] for v in _phase_vec(K, np.array([sw]), np.array([sb]), tol))
+    label = PHASES[int(codes)]
+    return Phase(label, float(qs), float(cs), float(gamma), float(slope)) if full else label
+
+
+def _depth_scale(func, act, sigma_w2, sigma_b2, slope_of):
+    K = kernel(act)
+    sw = check.real(func, "sigma_w2", sigma_w2, lo=0, lo_open=True)
+    sb = check.real(func, "sigma_b2", sigma_b2, lo=0)
+    sw, sb = np.broadcast_arrays(sw, sb)
+    out = np.empty(sw.shape)
+    for idx in np.ndindex(sw.shape):
+        cs, qs = _c_star_scalar(K, float(sw[idx]), float(sb[idx]))
+        if not 0 < qs < math.inf:
+            out[idx] = math.nan  # no finite variance fixed point: the depth scale is not defined
+            continue
+        chi = float(sw[idx]) * slope_of(K, qs, cs)
+        out[idx] = math.inf if chi >= 1 else -1 / math.log(chi)
+    return out if out.ndim else float(out)
+
+
+def xi_q(act, sigma_w2, sigma_b2):
+    """Depth scale of q: 1/xi_q = -ln[sigma_w2 E(phi'^2 + phi phi'')(q*)] = -ln[sigma_w2 V'(q*)]
+    (Schoenholz et al. 2017); inf where the slope reaches 1, NaN where q* is 0 or inf."""
+    return _depth_scale("xi_q", act, sigma_w2, sigma_b2,
+                        lambda K, qs, cs: float(evaluate(K.dV, (Q,), (qs,), K.kinks)))
+
+
+def xi_c(act, sigma_w2, sigma_b2):
+    """Depth scale of c: 1/xi_c = -ln[sigma_w2 E phi'(u) phi'(v)] at (q*, c*); diverges at the EOC."""
+    from symfield.symbolic.gaussian import q1 as Q1, q2 as Q2, q12 as Q12
+    return _depth_scale("xi_c", act, sigma_w2, sigma_b2,
+                        lambda K, qs, cs: float(evaluate(K.dC, (Q1, Q2, Q12), (qs, qs, cs * qs), K.kinks)))

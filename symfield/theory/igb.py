@@ -1,0 +1,164 @@
+"""Initial guessing bias (IGB): drift ratio gamma and the class-fraction distributions (MATH.md s. 5).
+
+Bridge theorem: q_aa = sigma_mu2 + sigma_y2, q_ab = sigma_mu2, so
+    gamma = sigma_mu2/sigma_y2 = q_ab/(q_aa - q_ab),   c = gamma/(1 + gamma).
+Binary output: G0 = Phi(sqrt(gamma) Z), Z ~ N(0,1), Phi the standard normal CDF.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import special
+
+from symfield.core import validate
+
+
+
+def _gamma(func, gamma, *, allow_inf=False, positive=False):
+    """Validate gamma >= 0 (> 0 if positive); +inf passes only when allow_inf."""
+    arr = np.asarray(gamma) if allow_inf and not isinstance(gamma, (str, bool)) else None
+    if arr is not None and arr.dtype.kind == "f" and np.any(np.isposinf(arr)):
+        out = validate.real(func, "gamma", np.where(np.isposinf(arr), 1.0, arr), lo=0, lo_open=positive)
+        return np.where(np.isposinf(arr), np.inf, out)
+    return validate.real(func, "gamma", gamma, lo=0, lo_open=positive)
+
+
+def _out(x):
+    return x[()] if isinstance(x, np.ndarray) and x.ndim == 0 else x
+
+
+def gamma_from_c(c):
+    """gamma = c/(1 - c) for c in [0, 1]; c = 1 gives inf."""
+    c = validate.real("gamma_from_c", "c", c, lo=0, hi=1)
+    with np.errstate(divide="ignore"):
+        return _out(np.where(c == 1, np.inf, c / (1 - c)))
+
+
+def c_from_gamma(gamma):
+    """c = gamma/(1 + gamma) for gamma in [0, inf]; inf gives 1."""
+    g = _gamma("c_from_gamma", gamma, allow_inf=True)
+    with np.errstate(invalid="ignore"):
+        return _out(np.where(np.isinf(g), 1.0, g / (1 + g)))
+
+
+def _q_pair(func, q_aa, q_ab):
+    q_aa = validate.real(func, "q_aa", q_aa, lo=0, lo_open=True)
+    q_ab = validate.real(func, "q_ab", q_ab, lo=0)
+    bad = np.broadcast_to(q_ab > q_aa * (1 + 4e-16), np.broadcast(q_aa, q_ab).shape)
+    if np.any(bad):
+        qb = np.broadcast_to(q_ab, bad.shape)
+        validate.fail(func, "q_ab", "<= q_aa (sigma_mu2 = q_ab, sigma_y2 = q_aa - q_ab >= 0)",
+                      qb if qb.ndim == 0 else qb[bad])
+    return q_aa, np.minimum(q_ab, q_aa)
+
+
+def gamma_from_q(q_aa, q_ab):
+    """gamma = q_ab/(q_aa - q_ab) (inf when q_ab = q_aa), requires 0 <= q_ab <= q_aa, q_aa > 0."""
+    q_aa, q_ab = _q_pair("gamma_from_q", q_aa, q_ab)
+    with np.errstate(divide="ignore"):
+        return _out(np.where(q_ab == q_aa, np.inf, q_ab / (q_aa - q_ab)))
+
+
+def sigmas_from_q(q_aa, q_ab):
+    """(sigma_mu2, sigma_y2) = (q_ab, q_aa - q_ab)."""
+    q_aa, q_ab = _q_pair("sigmas_from_q", q_aa, q_ab)
+    return _out(q_ab * np.ones_like(q_aa)), _out(q_aa - q_ab)
+
+
+def g0_pdf(g, gamma):
+    """Density of G0 on [0, 1]: p(g) = gamma^(-1/2) exp[(1 - 1/gamma) erfinv(2g-1)^2]
+    = gamma^(-1/2) exp[(1 - 1/gamma) t^2/2] with t = ndtri(g). At g in {0, 1} the limit:
+    0 (gamma < 1), 1 (gamma = 1), inf (gamma > 1). gamma = 0 (point mass at 1/2) raises."""
+    g = validate.real("g0_pdf", "g", g, lo=0, hi=1)
+    gamma = _gamma("g0_pdf", gamma)
+    if np.any(gamma == 0):
+        raise ValueError("The 'gamma' parameter of g0_pdf must be a finite float > 0. Got 0.0 instead "
+                         "(gamma = 0 makes G0 a point mass at 1/2, which has no density).")
+    k = 1 - 1 / gamma
+    t = special.ndtri(g)
+    with np.errstate(over="ignore", invalid="ignore"):
+        expo = np.where(k == 0, 0.0, k * t * t / 2)
+        return _out(np.exp(expo) / np.sqrt(gamma))
+
+
+def g0_cdf(g, gamma):
+    """P(G0 <= g) = Phi(ndtri(g)/sqrt(gamma)); gamma = 0 gives the step 1[g >= 1/2]."""
+    g = validate.real("g0_cdf", "g", g, lo=0, hi=1)
+    gamma = _gamma("g0_cdf", gamma)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        val = special.ndtr(special.ndtri(g) / np.sqrt(gamma))
+    step = (g >= 0.5).astype(float)
+    return _out(np.where(gamma == 0, step, np.where(g == 0, 0.0, np.where(g == 1, 1.0, val))))
+
+
+def _rng(func, seed):
+    if seed is None or isinstance(seed, np.random.Generator):
+        return np.random.default_rng(seed)
+    return np.random.default_rng(validate.integer(func, "seed", seed, lo=0))
+
+
+def g0_sample(gamma, size, seed=None):
+    """size draws of G0 = Phi(sqrt(gamma) Z), from np.random.default_rng(seed)."""
+    gamma = float(_gamma("g0_sample", gamma))
+    size = validate.integer("g0_sample", "size", size, lo=1)
+    z = _rng("g0_sample", seed).standard_normal(size)
+    return special.ndtr(np.sqrt(gamma) * z)
+
+
+def g0_mean(gamma):
+    """E[G0] = 1/2 for every gamma (Phi(-x) = 1 - Phi(x))."""
+    gamma = _gamma("g0_mean", gamma)
+    return _out(np.full_like(gamma, 0.5))
+
+
+def g0_var(gamma):
+    """Var G0 = arcsin(gamma/(1+gamma))/(2 pi) = arcsin(c)/(2 pi).
+
+    E[Phi(aZ)^2] = P(X1 <= aZ, X2 <= aZ) (X1, X2, Z i.i.d. N(0,1)); X_i - aZ are N(0, 1+a^2) with
+    correlation rho = a^2/(1+a^2), so the orthant probability is 1/4 + arcsin(rho)/(2 pi)."""
+    gamma = _gamma("g0_var", gamma, allow_inf=True)
+    return _out(np.arcsin(c_from_gamma(gamma)) / (2 * np.pi))
+
+
+def g0_moment(n, gamma, order=200):
+    """E[G0^n] = E[Phi(a Z)^n], a = sqrt(gamma), by quadrature of the given order (>= 100).
+
+    a <= 1: Gauss-Hermite in Z. a > 1 (integrand steps at scale 1/a): x = a Z and symmetry give
+    E = 1/2 + int_0^inf [Phi(-x)^n - (1 - Phi(x)^n)] phi(x/a)/a dx, smooth and Gaussian-decaying,
+    by Gauss-Legendre on [0, 40]."""
+    n = validate.integer("g0_moment", "n", n, lo=0)
+    gamma = _gamma("g0_moment", gamma)
+    order = validate.integer("g0_moment", "order", order, lo=100, hi=300)
+    if n == 0:
+        return _out(np.ones_like(gamma))
+    a = np.sqrt(gamma)[..., None]
+    x, w = np.polynomial.hermite_e.hermegauss(order)
+    small = special.ndtr(a * x) ** n @ w / np.sqrt(2 * np.pi)
+    u, v = np.polynomial.legendre.leggauss(order)
+    x, w = 20 * (u + 1), 20 * v
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dens = np.exp(-0.5 * (x / np.maximum(a, 1)) ** 2) / (np.sqrt(2 * np.pi) * np.maximum(a, 1))
+        f = (np.exp(n * special.log_ndtr(-x)) + np.expm1(n * special.log_ndtr(x))) * dens
+    return _out(np.where(a[..., 0] <= 1, small, 0.5 + f @ w))
+
+
+def gc_sample(gamma, n_classes, size, seed=None, order=64):
+    """size draws of the C class fractions (shape (size, C)), Z_1..Z_C ~ N(0,1) per draw:
+    G_c = E_eps prod_{c' != c} Phi(eps + sqrt(gamma)(Z_c - Z_c')), eps ~ N(0,1),
+    by Gauss-Hermite quadrature over eps (order 64: sum_c G_c = 1 to ~1e-10 for C <= 10; raise
+    the order for many classes, e.g. C = 100 needs ~200)."""
+    gamma = float(_gamma("gc_sample", gamma))
+    C = validate.integer("gc_sample", "n_classes", n_classes, lo=2)
+    size = validate.integer("gc_sample", "size", size, lo=1)
+    order = validate.integer("gc_sample", "order", order, lo=8, hi=300)
+    x, w = np.polynomial.hermite_e.hermegauss(order)
+    w = w / np.sqrt(2 * np.pi)                                     # E over eps ~ N(0,1)
+    z = np.sqrt(gamma) * _rng("gc_sample", seed).standard_normal((size, C))
+    out = np.empty((size, C))
+    off = ~np.eye(C, dtype=bool)
+    step = max(1, 4_000_000 // (order * C * C))
+    for i in range(0, size, step):
+        zz = z[i:i + step]
+        d = zz[:, :, None] - zz[:, None, :]                       # (s, c, c')
+        lp = special.log_ndtr(x[:, None, None, None] + d)      # (q, s, c, c')
+        out[i:i + step] = np.tensordot(w, np.exp(np.sum(lp, axis=-1, where=off)), axes=1)
+    return out

@@ -1,0 +1,157 @@
+"""Layer maps in numbers: q_map, qab_map, chi1, chi1_tilde, q_growth (MATH.md section 2).
+
+    q'   = sigma_w2 V(q) + sigma_b2
+    q12' = sigma_w2 C(Q1, Q2, Q12) + sigma_b2
+    chi1 = sigma_w2 E[sum_j (d psi/du_j)^2](q)      (= d q12'/d q12 at c = 1)
+
+``dps=None`` gives float64 numpy values (broadcast over arrays); ``dps=N`` gives mpmath
+numbers (element-wise, numpy object arrays for array input) correct to N digits.
+"""
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+
+from symfield.core import validate as check
+from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
+from symfield.symbolic.integrals import Kind, kinds
+from symfield.symbolic.kernel import kernel
+from symfield.numeric.evaluate import GUARD_DIGITS, evaluate, to_mpf
+
+
+def _num(func, name, value, dps, **rule):
+    arr = check.real(func, name, value, **rule)
+    if dps is None:
+        return arr
+    # mpmath path: floats are read as the decimals they print as (0.1 -> mpf('0.1')), like numeric.evaluate
+    vals = np.asarray(value, dtype=object) if np.ndim(value) else value
+    with mpmath.workdps(dps + GUARD_DIGITS):
+        return to_mpf(vals) if np.ndim(vals) == 0 else np.frompyfunc(to_mpf, 1, 1)(vals)
+
+
+def _combine(scale, shift, base, dps):
+    if dps is None:
+        return scale * base + shift
+    with mpmath.workdps(dps + GUARD_DIGITS):
+        f = np.frompyfunc(lambda a, b, c: +(to_mpf(a) * c + to_mpf(b)), 3, 1)
+        out = f(scale, shift, base)
+        return out if isinstance(out, np.ndarray) else out
+
+
+def V(act, q, dps=None):
+    """E[psi(u)^2], u ~ N(0, q I_k)."""
+    K = kernel(act)
+    dps = check.dps("V", dps)
+    qv = _num("V", "q", q, dps, lo=0, lo_open=True)
+    return evaluate(K.V, (Q,), (qv,), K.kinks, dps)
+
+
+def _pair(func, q1, q2, q12, dps):
+    """Validated (q1, q2, q12) with |q12| <= sqrt(q1 q2)."""
+    a = _num(func, "q1", q1, dps, lo=0, lo_open=True)
+    b = _num(func, "q2", q2, dps, lo=0, lo_open=True)
+    c = _num(func, "q12", q12, dps)
+    check.covariance(func, *(np.asarray(v, float) for v in (a, b, c)))
+    return a, b, c
+
+
+_TABULATED: dict = {}   # Kernel -> whether sf.C takes the table path (max-pool C without a closed form)
+
+
+def _tabulated(K):
+    ok = _TABULATED.get(K)
+    if ok is None:
+        ok = Kind.MAX2 in kinds(K.C) and Kind.LEVEL2 not in kinds(K.C)   # max-pool C of a monotone phi, no closed form
+        _TABULATED[K] = ok
+    return ok
+
+
+def _scalar(v):
+    return isinstance(v, (float, int, np.floating, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def C(act, q1, q2, q12, dps=None):
+    """E[psi(u) psi(v)] for the two-input covariance [[q1, q12], [q12, q2]].
+
+    Max-pools without a closed form (float64 scalars): from the certified Chebyshev table of
+    symfield.tables (tables.fast_C: any q1, q2 for homogeneous psi, q1 == q2 for the others, built
+    on first use resp. once repeated use pays for it), else the h_k quadrature."""
+    K = kernel(act)
+    dps = check.dps("C", dps)
+    if dps is None and _tabulated(K) and _scalar(q1) and _scalar(q2) and _scalar(q12):
+        a, b, c = float(q1), float(q2), float(q12)
+        if 0 < a < math.inf and 0 < b < math.inf and abs(c) <= math.sqrt(a * b) * (1 + 4e-16):
+            from symfield.numeric import tables
+            slow = lambda: float(evaluate(K.C, (Q1, Q2, Q12), (np.asarray(a), np.asarray(b), np.asarray(c)), K.kinks, None))
+            try:
+                return tables.fast_C(K, a, b, c, slow)
+            except (tables.TableError, NotImplementedError):
+                _TABULATED[K] = False
+    return evaluate(K.C, (Q1, Q2, Q12), _pair("C", q1, q2, q12, dps), K.kinks, dps)
+
+
+def q_map(act, q, sigma_w2, sigma_b2, dps=None):
+    """Variance map q -> sigma_w2 V(q) + sigma_b2."""
+    K = kernel(act)
+    dps = check.dps("q_map", dps)
+    qv = _num("q_map", "q", q, dps, lo=0, lo_open=True)
+    sw = _num("q_map", "sigma_w2", sigma_w2, dps, lo=0)
+    sb = _num("q_map", "sigma_b2", sigma_b2, dps, lo=0)
+    return _combine(sw, sb, evaluate(K.V, (Q,), (qv,), K.kinks, dps), dps)
+
+
+def qab_map(act, q1, q2, q12, sigma_w2, sigma_b2, dps=None):
+    """Covariance map q12 -> sigma_w2 C(Q1, Q2, Q12) + sigma_b2."""
+    K = kernel(act)
+    dps = check.dps("qab_map", dps)
+    pair = _pair("qab_map", q1, q2, q12, dps)
+    sw = _num("qab_map", "sigma_w2", sigma_w2, dps, lo=0)
+    sb = _num("qab_map", "sigma_b2", sigma_b2, dps, lo=0)
+    return _combine(sw, sb, evaluate(K.C, (Q1, Q2, Q12), pair, K.kinks, dps), dps)
+
+
+def chi1(act, sigma_w2, sigma_b2, q=None, dps=None):
+    """chi1 = sigma_w2 E[sum_j (d psi/du_j)^2] at q (default: at the variance fixed point q*)."""
+    K = kernel(act)
+    dps = check.dps("chi1", dps)
+    sw = _num("chi1", "sigma_w2", sigma_w2, dps, lo=0)
+    _num("chi1", "sigma_b2", sigma_b2, dps, lo=0)
+    if q is None:
+        from symfield.theory.fixedpoint import q_star
+        q = q_star(act, sigma_w2, sigma_b2, dps=dps)
+    qv = _num("chi1", "q", q, dps, lo=0, lo_open=True)
+    return _combine(sw, 0, evaluate(K.dpsi2, (Q,), (qv,), K.kinks, dps), dps)
+
+
+def chi1_tilde(act, sigma_w2, sigma_b2, q, dps=None):
+    """d q12'/d q12 at c = 1 at the CURRENT q (used where q* does not exist)."""
+    return chi1(act, sigma_w2, sigma_b2, q=q, dps=dps)
+
+
+def q_growth(act, sigma_w2, dps=None):
+    """sigma_w2 V(q)/q: the per-layer growth of q for positively homogeneous psi at sigma_b2 = 0."""
+    K = kernel(act)
+    dps = check.dps("q_growth", dps)
+    sw = _num("q_growth", "sigma_w2", sigma_w2, dps, lo=0)
+    from symfield.symbolic.gaussian import homogeneous
+    h = homogeneous(K.act.expr)
+    if h is None or h[0] != 1:
+        raise NotImplementedError(f"q_growth needs a positively homogeneous activation (psi(t u) = t psi(u), t > 0, "
+                                  f"so that V(q) = V(1) q); {K.act.name} is not. Use chi1 or q_map instead.")
+    return _combine(sw, 0, evaluate(K.V, (Q,), (1.0,), K.kinks, dps), dps)
+
+
+def map_value(act, name, *args, dps=None):
+    """Evaluate one kernel map by name ('V', 'C', 'mean', 'dpsi2', 'dC', 'dV') at (q) or (q1, q2, q12)."""
+    from symfield.symbolic.kernel import MAPS
+    K = kernel(act)
+    if name not in MAPS:
+        raise ValueError(f"The 'name' parameter of map_value must be one of {MAPS}. Got {name!r} instead.")
+    dps = check.dps("map_value", dps)
+    two = name in ("C", "dC")
+    if len(args) != (3 if two else 1):
+        raise TypeError(f"map_value('{name}') takes {'(q1, q2, q12)' if two else '(q)'}; got {len(args)} values.")
+    vals = _pair("map_value", *args, dps) if two else (_num("map_value", "q", args[0], dps, lo=0, lo_open=True),)
+    return evaluate(K[name], (Q1, Q2, Q12) if two else (Q,), vals, K.kinks, dps)

@@ -1,0 +1,86 @@
+"""Phase diagrams on (sigma_w2, sigma_b2) grids (Table 1 of Bassi et al.; MATH.md section 6).
+
+Every grid point is classified from its fixed points, computed for the whole grid at once
+(vectorised bracketing root finders of :mod:`symfield.fixedpoint`): q* from the variance map,
+c* the stable fixed point of the c-map reached from c^(1), gamma* = c*/(1 - c*) and the slope
+chi1 = sigma_w2 E[psi'^2](q*). The EOC curve (chi1 = 1) and the neutrality line (c* = 1/2) are
+root-found per sigma_b2, never read off the grid.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from symfield.core import validate as check
+from symfield.theory.fixedpoint import PHASES, _eoc_scalar, _neutrality_vec, _phase_vec
+from symfield.symbolic.kernel import kernel
+
+
+@dataclass(frozen=True)
+class PhaseDiagram:
+    """Fields have shape (len(sigma_w2), len(sigma_b2)); ``codes`` index PHASES.
+
+    ``eoc`` and ``neutrality`` give sigma_w2 of those lines at each sigma_b2 (NaN where the
+    line does not exist). With ``depth`` set, ``c_depth``/``gamma_depth`` hold c and gamma at
+    that layer (sf.propagate), the finite-depth picture the paper plots."""
+    act: str
+    sigma_w2: np.ndarray
+    sigma_b2: np.ndarray
+    codes: np.ndarray
+    q_star: np.ndarray
+    c_star: np.ndarray
+    gamma_star: np.ndarray
+    slope: np.ndarray
+    eoc: np.ndarray
+    neutrality: np.ndarray
+    eoc_tol: float
+    depth: int | None = None
+    c_depth: np.ndarray | None = field(default=None, repr=False)
+    gamma_depth: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def labels(self) -> np.ndarray:
+        """Phase names per grid point."""
+        return np.asarray(PHASES)[self.codes]
+
+    def counts(self) -> dict:
+        """Number of grid points per phase."""
+        return {p: int(np.count_nonzero(self.codes == i)) for i, p in enumerate(PHASES)}
+
+
+def _axis(name, v):
+    arr = check.real("phase_diagram", name, v, lo=0)
+    if arr.ndim > 1 or arr.size == 0:
+        check.fail("phase_diagram", name, "a non-empty 1-D array of values >= 0", v)
+    return np.atleast_1d(arr).astype(float)
+
+
+def phase_diagram(act, sigma_w2, sigma_b2, depth=None, eoc_tol=1e-6) -> PhaseDiagram:
+    """Classify every point of the grid sigma_w2 x sigma_b2 (1-D axes) into the five phases."""
+    K = kernel(act)
+    sw_axis, sb_axis = _axis("sigma_w2", sigma_w2), _axis("sigma_b2", sigma_b2)
+    tol = float(check.real("phase_diagram", "eoc_tol", eoc_tol, lo=0))
+    if depth is not None:
+        depth = check.integer("phase_diagram", "depth", depth, lo=1)
+    W, B = np.meshgrid(sw_axis, sb_axis, indexing="ij")
+    codes, qs, cs, gamma, slope = _phase_vec(K, W.ravel(), B.ravel(), tol)
+    shape = W.shape
+    eoc = np.full(sb_axis.shape, np.nan)
+    for i, b in enumerate(sb_axis):
+        try:
+            eoc[i] = _eoc_scalar(K, float(b), None)[0]
+        except (ValueError, ArithmeticError):
+            pass  # no EOC curve at this sigma_b2 (e.g. positively homogeneous psi with sigma_b2 > 0)
+    neut = np.full(sb_axis.shape, np.nan)
+    pos = sb_axis > 0
+    if pos.any():
+        neut[pos] = _neutrality_vec(K, sb_axis[pos])[0]
+    c_d = g_d = None
+    if depth is not None:
+        from symfield.theory.propagate import propagate
+        r = propagate(K.act, W, B, depth, layers=[depth])
+        c_d, g_d = r.c[0], r.gamma[0]
+    return PhaseDiagram(K.act.name, sw_axis, sb_axis, codes.reshape(shape), qs.reshape(shape),
+                        cs.reshape(shape), gamma.reshape(shape), slope.reshape(shape), eoc, neut,
+                        tol, depth, c_d, g_d)

@@ -9,6 +9,7 @@ stay importable, and each imports only from the layers before it (tests/test_lay
 The theory is written up in docs/theory.md.
 """
 from symfield.core.version import __version__
+from symfield.io import plots  # figures; matplotlib is imported only when one is drawn
 from symfield.reports.bench import bench
 from symfield.reports.derive import derive
 from symfield.reports.verify import verify
@@ -19,8 +20,26 @@ from symfield.symbolic.kernel import Kernel, kernel
 from symfield.theory import igb
 from symfield.theory.divergence import divergence
 from symfield.theory.finite_width import finite_width
-from symfield.theory.fixedpoint import c_star, eoc, eoc_curve, neutrality, phase, q_star, xi_c, xi_q
-from symfield.theory.maps import C, V, chi1, chi1_tilde, map_value, q_growth, q_map, qab_map
+from symfield.theory.fixedpoint import (
+    c_star,
+    eoc,
+    eoc_curve,
+    neutrality,
+    phase,
+    q_star,
+    xi_c,
+    xi_q,
+)
+from symfield.theory.maps import (
+    C,
+    V,
+    chi1,
+    chi1_tilde,
+    map_value,
+    q_growth,
+    q_map,
+    qab_map,
+)
 from symfield.theory.phase_diagram import PhaseDiagram, phase_diagram
 from symfield.theory.propagate import propagate
 
@@ -39,4 +58,6 @@ __all__ = [
     "simulate", "class_gradients", "finite_data_gamma",
     # reports and sweeps
     "derive", "verify", "bench", "sweep", "SweepResult",
+    # figures
+    "plots",
 ]

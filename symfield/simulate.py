@@ -1,6 +1,6 @@
 """Finite-width Monte Carlo networks at initialisation (float64, NumPy only, seeded).
 
-Network (MATH.md sections 1, 4, 8), width N, inputs x_a (a = 1..P) of dimension d:
+Network (docs/theory.md sections 1, 4, 8), width N, inputs x_a (a = 1..P) of dimension d:
 
     h^(1) = W^(1) x + b^(1)                                   (layer 1 is linear)
     y^(l) = repeat_k( pool_k( phi(h^(l)) ) )                  (pool of k consecutive nodes, max or mean,
@@ -334,7 +334,7 @@ class Simulation:
 
 
 def finite_data_gamma(q, qab, n_inputs):
-    """Expected estimators for P = n_inputs inputs of covariance q I + qab (11^T - I) (MATH.md s. 5):
+    """Expected estimators for P = n_inputs inputs of covariance q I + qab (11^T - I) (docs/theory.md s. 10):
 
         E[V] = sigma_y2 (1 - 1/P),  E[Vtilde] = sigma_mu2 + sigma_y2/P,   sigma_y2 = q - qab, sigma_mu2 = qab
 
@@ -527,7 +527,7 @@ def _run_weights(acc, i, net_seed, X, phi, pool, k, N, depth, sw, sb, alpha, bar
     _forward_weights(net_seed, X, phi, pool, k, N, depth, sw, sb, alpha, on_layer)
 
 
-# ---------------------------------------------------------------- per-class gradients (MATH.md section 7)
+# ---------------------------------------------------------------- per-class gradients (docs/theory.md section 6)
 @dataclass(frozen=True)
 class ClassGradients:
     """Mean squared gradients (1/N) sum_i (dl_a/dh_i^(l))^2 of the per-sample loss, averaged over samples.

@@ -5,7 +5,8 @@
 
 Kinds: "eoc" and "neutrality" (sf.eoc_curve / sf.neutrality per chunk of sigma_b2, float64 or
 ``dps``), "phase" (sf.phase_diagram on tiles of the sigma_w2 x sigma_b2 grid), "verify"
-(symfield.verify.verify on chunks of a list of formulas).
+(symfield.reports.verify.verify on chunks of a list of formulas). The ``symfield sweep`` command
+that drives it is symfield/cli/sweep.py.
 
 The results directory holds ``manifest.json`` (kind, activation, parameters, chunk list and a
 hash of them), one ``chunk-NNNNNN.npz`` per finished chunk (written by the driver as each chunk
@@ -80,7 +81,8 @@ def _warm(kind, spec):
     return True
 
 
-def _first_line(err) -> str:
+def first_line(err) -> str:
+    """The first line of an error's message (its type name when the message is empty)."""
     text = str(err).strip()
     return (text.splitlines()[0] if text else type(err).__name__)
 
@@ -103,7 +105,7 @@ def _line_chunk(kind, act, sb, dps):
                 vals.append(fn(act, np.array([b]), dps=dps)[0])
             except LOCAL_ERRORS as err:
                 vals.append(math.nan)
-                errors[i] = _first_line(err)
+                errors[i] = first_line(err)
     out = {"sigma_w2": np.array([float(v) for v in vals], float), "error": np.array(errors, dtype=str)}
     if dps is not None:
         out["sigma_w2_mp"] = np.array(["nan" if e else _mp_text(v, dps) for v, e in zip(vals, errors)], dtype=str)
@@ -137,7 +139,7 @@ def _verify_chunk(formulas):
         except LOCAL_ERRORS as err:
             ok.append(False)
             reports.append("")
-            errors.append(_first_line(err))
+            errors.append(first_line(err))
             continue
         d = _untimed(d)
         ok.append(bool(d.get("ok")))
@@ -293,7 +295,7 @@ class _Store:
             try:
                 old = json.loads(mpath.read_text())
             except (OSError, ValueError) as err:
-                raise ValueError(f"{str(mpath)!r} is not a readable sweep manifest ({_first_line(err)})") from None
+                raise ValueError(f"{str(mpath)!r} is not a readable sweep manifest ({first_line(err)})") from None
             if old.get("hash") != manifest["hash"]:
                 raise ValueError(f"results directory {str(self.root)!r} holds a different sweep (differs in "
                                  f"{', '.join(_differences(old, manifest))}); use a new directory to start "
@@ -333,7 +335,7 @@ class _Store:
         try:
             arrays = load_npz(path)
         except (OSError, ValueError, zipfile.BadZipFile) as err:
-            raise ValueError(f"chunk file {str(path)!r} is unreadable ({_first_line(err)}); delete it to "
+            raise ValueError(f"chunk file {str(path)!r} is unreadable ({first_line(err)}); delete it to "
                              f"recompute that chunk") from None
         if str(arrays.pop("manifest_hash", "")) != self.manifest["hash"]:
             raise ValueError(f"chunk file {str(path)!r} belongs to another sweep; delete it to recompute that chunk")
@@ -366,7 +368,7 @@ def _connect(scheduler, n_workers, timeout):
             cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
                                    silence_logs=logging.ERROR)
         except Exception as err:
-            raise RuntimeError(f"cannot start a local Dask cluster ({type(err).__name__}: {_first_line(err)}); "
+            raise RuntimeError(f"cannot start a local Dask cluster ({type(err).__name__}: {first_line(err)}); "
                                f"scripts must guard the call with if __name__ == '__main__':") from err
         return Client(cluster, set_as_default=False), cluster, True
     address = getattr(scheduler, "scheduler_address", scheduler)
@@ -378,7 +380,7 @@ def _connect(scheduler, n_workers, timeout):
         client = Client(address, timeout=timeout, set_as_default=False)
     except Exception as err:
         raise ConnectionError(f"cannot connect to the Dask scheduler at {address!r} "
-                              f"({type(err).__name__}: {_first_line(err)})") from None
+                              f"({type(err).__name__}: {first_line(err)})") from None
     return client, None, True
 
 
@@ -411,7 +413,7 @@ def _probe(address, timeout):
         elif err is None or isinstance(err, (TimeoutError, asyncio.TimeoutError)):
             why = "no answer"
         elif isinstance(err, (OSError, ValueError)):
-            why = _first_line(err)
+            why = first_line(err)
         else:
             why = f"the server there does not speak the Dask protocol: {type(err).__name__}"
         raise ConnectionError(f"cannot reach the Dask scheduler at {address!r} within {timeout:g} s ({why})")
@@ -598,9 +600,9 @@ def _run(store, kind, spec, payloads, todo, reused, scheduler, n_workers, timeou
             try:
                 arrays, seconds, where = fut.result()
             except LOCAL_ERRORS as err:
-                raise type(err)(f"sweep chunk {i}: {_first_line(err)}") from err
+                raise type(err)(f"sweep chunk {i}: {first_line(err)}") from err
             except Exception as err:   # e.g. KilledWorker: the chunk crashed its workers
-                raise RuntimeError(f"sweep chunk {i} failed: {type(err).__name__}: {_first_line(err)}") from err
+                raise RuntimeError(f"sweep chunk {i} failed: {type(err).__name__}: {first_line(err)}") from err
             store.save(i, arrays)
             store.log(event="chunk", run=run, chunk=i, seconds=round(seconds, 4), worker=where)
             computed.append(i)
@@ -615,111 +617,3 @@ def _run(store, kind, spec, payloads, todo, reused, scheduler, n_workers, timeou
         if cluster is not None:
             cluster.close()
     return computed
-
-
-# ---------------------------------------------------------------- command line (wired in cli.py)
-def add_parser(sub):
-    p = sub.add_parser("sweep", help="distributed, resumable sweep on Dask: eoc / neutrality / phase / verify",
-                       epilog="examples:\n"
-                              "  symfield sweep eoc tanh --sigma-b2 0.01:0.3:30 --dps 30 -d runs/tanh-eoc\n"
-                              "  symfield sweep phase erf --sigma-w2 0:4:401 --sigma-b2 0:0.2:201 --chunk 20 -d runs/erf\n"
-                              "  symfield sweep verify tanh \"x*erf(x)\" gelu -d runs/verify --scheduler tcp://host:8786\n"
-                              "Rerun the same command to resume; finished chunks are not recomputed.",
-                       formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
-    p.add_argument("kind", choices=KINDS)
-    p.add_argument("activation", nargs="*", help="activation (eoc/neutrality/phase) or formulas (verify)")
-    p.add_argument("-d", "--results", required=True, help="results directory (created; rerun to resume)")
-    p.add_argument("--formulas", help="verify: file with one formula per line (# comments)")
-    p.add_argument("--pool", choices=["max", "avg"], help="multi-node activation: pool phi over k nodes")
-    p.add_argument("--k", type=int, default=2, help="nodes per pool (default 2)")
-    p.add_argument("--sigma-w2", help="phase: start:stop:num (default 0:4:401)")
-    p.add_argument("--sigma-b2", help="start:stop:num or a number (phase default 0:0.2:201)")
-    p.add_argument("--dps", type=int, help="eoc/neutrality: decimal digits (mpmath); default float64")
-    p.add_argument("--depth", type=int, help="phase: also record c and gamma at this layer")
-    p.add_argument("--eoc-tol", type=float, default=1e-6, help="phase: |chi1 - 1| counted as edge of chaos")
-    p.add_argument("--chunk", help="points per chunk, or ROWSxCOLS tiles for phase")
-    p.add_argument("--scheduler", help="address of a running Dask scheduler (default: a local cluster)")
-    p.add_argument("--workers", type=int, help="local cluster size (default: the usable CPUs)")
-    p.add_argument("--connect-timeout", type=float, default=10.0, help="seconds to reach the scheduler (default 10)")
-    p.add_argument("-o", "--output", help="also write FILE.npz or FILE.nc (parameters recorded inside)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)")
-    p.add_argument("--json", action="store_true", help="machine-readable summary")
-    return p
-
-
-def _cli_chunk(text):
-    if text is None:
-        return None
-    try:
-        parts = [int(t) for t in text.lower().split("x")]
-    except ValueError:
-        parts = []
-    if len(parts) not in (1, 2):
-        raise ValueError(f"--chunk must be N or ROWSxCOLS (e.g. 16 or 100x20); got {text!r}")
-    return parts[0] if len(parts) == 1 else tuple(parts)
-
-
-def cli(args):
-    """``symfield sweep``: run, print a summary (or --json); errors as one line, exit code 2."""
-    from symfield.cli.main import _act, _fail, _range
-    kind = args.kind
-    if kind == "verify":
-        act = list(args.activation)
-        if args.formulas:
-            try:
-                lines = Path(args.formulas).read_text().splitlines()
-            except OSError as err:
-                raise ValueError(f"--formulas: cannot read {args.formulas!r} ({err.strerror})") from None
-            act += [s.strip() for s in lines if s.strip() and not s.strip().startswith("#")]
-        if not act:
-            raise ValueError("sweep verify needs formulas (arguments or --formulas FILE)")
-    else:
-        if len(args.activation) != 1:
-            raise ValueError(f"sweep {kind} takes exactly one activation; got {len(args.activation)}")
-        args.activation = args.activation[0]
-        act = _act(args)
-    sw = sb = None
-    if kind == "phase":
-        sw = _range(args.sigma_w2 or "0:4:401", "--sigma-w2")
-        sb = _range(args.sigma_b2 or "0:0.2:201", "--sigma-b2")
-    elif kind != "verify":
-        if args.sigma_b2 is None:
-            raise ValueError(f"sweep {kind} needs --sigma-b2 (start:stop:num or a number)")
-        sb = _range(args.sigma_b2, "--sigma-b2")
-    if args.output:
-        from symfield.cli.main import _writable
-        _writable(args.output, "-o/--output", (".npz", ".nc"))
-    try:
-        r = sweep(kind, act, args.results, sigma_w2=sw, sigma_b2=sb, dps=args.dps, chunk=_cli_chunk(args.chunk),
-                  scheduler=args.scheduler, n_workers=args.workers, progress=False if args.no_progress else None,
-                  depth=args.depth, eoc_tol=args.eoc_tol if kind == "phase" else 1e-6, output=args.output,
-                  connect_timeout=args.connect_timeout)
-    except (OSError, TimeoutError, RuntimeError) as err:   # unreachable scheduler, no cluster, crashed chunk
-        return _fail(_first_line(err))
-    summary = {"kind": kind, "activation": r.act, "results_dir": str(r.results_dir), "result": str(r.path),
-               "output": args.output, "chunks": len(r.computed) + len(r.reused), "computed": len(r.computed),
-               "reused": len(r.reused), "seconds": round(r.seconds, 3)}
-    if kind in ("eoc", "neutrality"):
-        vals = r.data["sigma_w2_mp"].tolist() if args.dps else [None if math.isnan(v) else v for v in r["sigma_w2"]]
-        summary.update(sigma_b2=r["sigma_b2"].tolist(), sigma_w2=vals, errors=int((r["error"] != "").sum()))
-    elif kind == "phase":
-        summary.update(grid=[int(r["sigma_w2"].size), int(r["sigma_b2"].size)], counts=r.phase_diagram().counts())
-    else:
-        summary.update(ok={f: bool(o) for f, o in zip(r["formulas"], r["ok"])},
-                       errors={f: e for f, e in zip(r["formulas"], r["error"]) if e})
-    if args.json:
-        print(json.dumps(summary, indent=2))
-        return 0
-    print(f"{kind} sweep of {r.act}: {summary['chunks']} chunks ({summary['computed']} computed, "
-          f"{summary['reused']} reused) in {r.seconds:.2f} s")
-    if kind in ("eoc", "neutrality"):
-        for b, v, e in zip(summary["sigma_b2"], summary["sigma_w2"], r["error"]):
-            print(f"  sigma_b2 {b!r:24s} sigma_w2 {v if not e else 'none: ' + str(e)}")
-    elif kind == "phase":
-        for n, c in summary["counts"].items():
-            print(f"  {n:24s} {c}")
-    else:
-        for f, o in summary["ok"].items():
-            print(f"  {'ok  ' if o else 'FAIL'} {f}" + (f"  ({summary['errors'][f]})" if f in summary["errors"] else ""))
-    print(f"result: {r.path}" + (f"\noutput: {args.output}" if args.output else ""))
-    return 0

@@ -1,13 +1,16 @@
 """Independent oracles for the kernel maps, driven by one registry.
 
 Each entry gives phi and phi' written out by hand (mpmath and numpy versions), the kinks,
-and where the literature has them, closed forms of V, C, mean, dpsi2, dC. Nothing here
-calls symfield: (a) literature closed forms, (b) mpmath quadrature of the defining
-integral, (c) seeded Monte Carlo.
+and where the literature has them, closed forms of V, C, mean, dpsi2, dC. Three oracles, none
+of them through symfield's kernel maps: (a) the literature closed forms here, (b) mpmath
+quadrature of the defining integral and (c) seeded Monte Carlo, both from
+symfield.reports.oracles (the integrals sf.verify checks against, written from phi alone).
 """
 import mpmath as mp
 import numpy as np
 from scipy import special as sps
+
+from symfield.reports.oracles import mc_expect, mp_expect1, mp_expect2  # noqa: F401  (re-exported)
 
 
 def _acos_relu(a, b):
@@ -95,59 +98,10 @@ REGISTRY = {
 }
 
 
-def _points(a, b, kinks, scale):
-    """Split points for mpmath.quad in x-units: kinks, and a grid where smooth activations vary."""
-    pts = {a, b, *[k for k in kinks if a < k < b]}
-    if scale > 2:
-        for k in range(-40, 41, 2):
-            if a < k < b:
-                pts.add(k)
-    step = 2 * scale
-    t = a
-    while t < b:
-        pts.add(t)
-        t += step
-    return sorted(pts)
-
-
-def mp_expect1(f, q, kinks=(), dps=30, method="tanh-sinh"):
-    """E[f(x)], x ~ N(0, q), by mpmath.quad of the defining integral over split panels."""
-    with mp.workdps(dps):
-        q = mp.mpf(q)
-        s = mp.sqrt(q)
-        L = mp.sqrt(2 * (dps + 5) * mp.log(10))
-        pts = _points(-L * s, L * s, kinks, s)
-        return mp.quad(lambda x: f(x) * mp.exp(-x * x / (2 * q)), pts, method=method) / mp.sqrt(2 * mp.pi * q)
-
-
-def mp_expect2(f, g, q1, q2, q12, kinks=(), dps=20):
-    """E[f(u) g(v)] by nested mpmath.quad (conditional form v | u); slow, use few points."""
-    with mp.workdps(dps):
-        q1, q2, q12 = mp.mpf(q1), mp.mpf(q2), mp.mpf(q12)
-        sc2 = (q1 * q2 - q12**2) / q1
-        if sc2 <= 0:
-            return mp_expect1(lambda u: f(u) * g(q12 / q1 * u), q1, kinks, dps)
-
-        def inner(u):
-            return mp_expect1_shift(g, q12 / q1 * u, sc2, kinks, dps)
-        return mp_expect1(lambda u: f(u) * inner(u), q1, kinks, dps, method="gauss-legendre")
-
-
-def mp_expect1_shift(g, mean, var, kinks, dps):
-    s = mp.sqrt(var)
-    L = mp.sqrt(2 * (dps + 5) * mp.log(10))
-    pts = _points(mean - L * s, mean + L * s, kinks, s)
-    return mp.quad(lambda v: g(v) * mp.exp(-(v - mean) ** 2 / (2 * var)), pts, method="gauss-legendre") / mp.sqrt(2 * mp.pi * var)
-
-
 def monte_carlo(f, g, q1, q2, q12, n=400_000, seed=0):
-    """Seeded Monte Carlo estimate of E[f(u) g(v)] and its standard error."""
-    rng = np.random.default_rng(seed)
-    z1, z2 = rng.standard_normal((2, n))
-    c = q12 / np.sqrt(q1 * q2)
-    u = np.sqrt(q1) * z1
-    v = np.sqrt(q2) * (c * z1 + np.sqrt(max(1 - c * c, 0.0)) * z2)
-    w = f(u) * g(v)
-    return w.mean(), w.std() / np.sqrt(n)
+    """Seeded Monte Carlo estimate of E[f(u) g(v)] and its standard error (n samples)."""
+    z = np.random.default_rng(seed).standard_normal((2, n))
+    return mc_expect(f, g, z, q1, q2, q12)
+
 
 REGISTRY["swish"] = REGISTRY["silu"]

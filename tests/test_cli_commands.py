@@ -59,7 +59,7 @@ def test_eoc_curve_reproduces_published_tanh_values(capsys):
     params, rows = _csv(out)
     assert params["command"] == "eoc-curve" and params["sigma_b2"] == "0:0.1:3"
     sw = [float(r["sigma_w2"]) for r in rows]
-    assert sw[0] == 1.0 and abs(sw[1] - 1.76095) < 1e-5 and abs(sw[2] - 1.98607) < 1e-5   # MATH.md section 9
+    assert sw[0] == 1.0 and abs(sw[1] - 1.76095) < 1e-5 and abs(sw[2] - 1.98607) < 1e-5   # docs/theory.md section 5
     assert abs(float(rows[1]["q_star"]) - 0.57005) < 1e-5 and all(r["error"] == "" for r in rows)
 
 
@@ -79,7 +79,7 @@ def test_eoc_curve_dps_netcdf_satisfies_both_equations(tmp_path, capsys):
         with mp.workdps(30):
             for b, w, q in zip(ds.sigma_b2.values, ds.sigma_w2_mp.values, ds.q_star_mp.values):
                 w, q = mp.mpf(str(w)), mp.mpf(str(q))
-                assert abs(w - mp.pi / 4 * mp.sqrt(1 + 4 * q)) < mp.mpf(10) ** -27      # chi1 = 1 (MATH.md s. 3)
+                assert abs(w - mp.pi / 4 * mp.sqrt(1 + 4 * q)) < mp.mpf(10) ** -27      # chi1 = 1 (docs/theory.md s. 3)
                 assert abs(w * _erf_V(q) + mp.mpf(repr(float(b))) - q) < mp.mpf(10) ** -27  # q* (floats read as decimals)
 
 
@@ -136,7 +136,7 @@ def test_phase_of_a_pooled_activation(tmp_path, capsys):
                           "--sigma-b2", "0:0.2:3", "--json", "--plot", png)
     d = json.loads(out)
     assert code == 0 and d["activation"] == "relu+avg2" and png.read_bytes()[:4] == b"\x89PNG", err
-    # relu+avg2: c -> 1 everywhere and chi1 = sigma_w2 E[relu'^2]/k = sigma_w2/4 (MATH.md section 4),
+    # relu+avg2: c -> 1 everywhere and chi1 = sigma_w2 E[relu'^2]/k = sigma_w2/4 (docs/theory.md section 4),
     # so sigma_w2 = 1, 2, 3 are ordered and sigma_w2 = 4 is the edge of chaos
     assert d["counts"]["ordered-deep-prejudice"] == 9 and d["counts"]["edge-of-chaos"] == 3
 

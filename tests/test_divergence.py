@@ -1,4 +1,4 @@
-"""gamma^(l) divergence classifier (MATH.md section 6) against the known asymptotics."""
+"""gamma^(l) divergence classifier (docs/theory.md section 7) against the known asymptotics."""
 import math
 
 import pytest
@@ -18,7 +18,7 @@ def test_relu_power_law_exponent_two(sw, sb):
     assert d.kind == "power-law" and d.exponent == pytest.approx(2, abs=0.05)
     d = sf.divergence("relu", sw, sb, depth=1000)
     assert d.exponent == pytest.approx(2, abs=0.01)
-    # gamma_l ~ 2 l^2/(9 pi^2) (MATH.md section 6)
+    # gamma_l ~ 2 l^2/(9 pi^2) (docs/theory.md section 7)
     assert d.gamma[-1] / (2 * 1000**2 / (9 * math.pi**2)) == pytest.approx(1, abs=0.05)
 
 

@@ -142,7 +142,7 @@ def test_max_pool_derivatives_by_differences():
 def test_pool_moments_exact():
     """relu+avg2: <psi^4> from the raw moments of one node (the k nodes are independent):
     E[((a+b)/2)^4] = (1/16) sum_j C(4,j) E[relu^j] E[relu^(4-j)], E[relu^j] = K^(j/2) E[z^j; z>0] by mpmath;
-    relu+max2: <psi^2> = (3/4 + 1/(2 pi)) K exactly (MATH.md section 4)."""
+    relu+max2: <psi^2> = (3/4 + 1/(2 pi)) K exactly (docs/theory.md section 4)."""
     from symfield.numeric.evaluate import evaluate
     co = coefficients(sf.activation("relu", pool="avg", k=2))
     K = 0.8

@@ -21,7 +21,7 @@ def test_relu_chi1_at_q_star():
 
 
 def test_tanh_public_reference_q_star():
-    # MATH.md section 9: tanh EOC at sigma_b2 = 0.05 is sigma_w2 = 1.76095 with q* = 0.57005
+    # docs/theory.md section 5: tanh EOC at sigma_b2 = 0.05 is sigma_w2 = 1.76095 with q* = 0.57005
     assert sf.q_star("tanh", 1.76095, 0.05) == pytest.approx(0.57005, abs=5e-6)
     assert sf.q_star("tanh", 0.9, 0.0) == 0.0
     assert sf.q_star("tanh", 2.0, 0.0) > 0.5
@@ -41,7 +41,7 @@ def test_q_star_broadcasts():
 
 
 def test_eoc_public_reference_values():
-    # MATH.md section 9
+    # docs/theory.md section 5
     e = sf.eoc("tanh", 0.05)
     assert e.sigma_w2 == pytest.approx(1.76095, abs=5e-6) and e.q_star == pytest.approx(0.57005, abs=5e-6)
     assert sf.eoc("tanh", 0.1).sigma_w2 == pytest.approx(1.98607, abs=5e-6)

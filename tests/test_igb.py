@@ -1,4 +1,4 @@
-"""Initial guessing bias (MATH.md section 5): G0 density, sampler, variance, C-class fractions."""
+"""Initial guessing bias (docs/theory.md section 10): G0 density, sampler, variance, C-class fractions."""
 import math
 
 import mpmath as mp

@@ -33,7 +33,7 @@ def test_pooled_phase_diagram_draws_the_variance_criterion(tmp_path):
     pd = sf.phase_diagram(act, np.linspace(0.5, 5, 10), np.linspace(0, 0.2, 3))
     ax = plots.phase_diagram(pd, tmp_path / "p.png", act=act)
     lines = [l for l in ax.get_lines() if "variance criterion" in l.get_label()]
-    assert len(lines) == 1 and np.allclose(lines[0].get_ydata(), 4 * np.pi / (np.pi + 1))   # MATH.md section 9
+    assert len(lines) == 1 and np.allclose(lines[0].get_ydata(), 4 * np.pi / (np.pi + 1))   # docs/theory.md section 5
     assert abs(plots._variance_criterion(sf.activation("relu", pool="max", k=2)) - 4 * np.pi / (3 * np.pi + 2)) < 1e-12
     assert plots._variance_criterion(sf.activation("tanh")) is None and _png(tmp_path / "p.png")
 

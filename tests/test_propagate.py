@@ -1,6 +1,6 @@
 """propagate: generated-Numba depth recursions (closed forms) and the NumPy quadrature fallback.
 
-Conventions checked here (MATH.md section 1): row 0 of every result array is layer l = 1, the
+Conventions checked here (docs/theory.md section 1): row 0 of every result array is layer l = 1, the
 LINEAR layer (q = sigma_w2 q0 + sigma_b2); the first nonlinear layer is l = 2, i.e. row 1.
 
 Errors of q12 are measured against q (its Cauchy-Schwarz scale, as in conftest.TOL), since q12
@@ -35,7 +35,7 @@ SB = np.array([0.0, 0.05, 0.3])
 
 
 def mp_recursion(act, sw, sb, depth, q0=1.0, qab0=0.0, qbb0=None, dps=30, with_qab=True):
-    """The recursion of MATH.md sections 1-2 iterated with sf.q_map / sf.qab_map in mpmath."""
+    """The recursion of docs/theory.md sections 1-2 iterated with sf.q_map / sf.qab_map in mpmath."""
     with mpmath.workdps(dps):
         w, b = mpmath.mpf(sw), mpmath.mpf(sb)
         qa = w * mpmath.mpf(q0) + b
@@ -110,7 +110,7 @@ def test_relu_exact_laws():
     r = sf.propagate("relu", sw, 0.0, 30)
     # sigma_b2 = 0: q grows by exactly sigma_w2/2 per nonlinear layer (V = q/2)
     np.testing.assert_allclose(r.q[1:] / r.q[:-1], np.broadcast_to(sw / 2, (29, 5)), rtol=1e-15)
-    # row 1 = layer l = 2 = the first nonlinear layer: gamma = 1/(pi - 1) (MATH.md section 9);
+    # row 1 = layer l = 2 = the first nonlinear layer: gamma = 1/(pi - 1) (docs/theory.md section 7);
     # row 0 (linear layer from uncorrelated inputs) has q12 = 0, gamma = 0.
     np.testing.assert_allclose(r.gamma[1], 1 / (math.pi - 1), rtol=1e-14)
     assert np.all(r.gamma[0] == 0)
@@ -266,7 +266,7 @@ def test_speed_against_numpy_loop():
 
 
 def _numpy_relu_loop(sw, sb):
-    """The ReLU recursion (MATH.md section 3) by hand as a vectorised NumPy loop: the baseline."""
+    """The ReLU recursion (docs/theory.md section 3) by hand as a vectorised NumPy loop: the baseline."""
     s2, b2 = np.broadcast_arrays(sw, sb)
     q, qab = s2 + b2, b2.copy()
     out_q, out_qab = np.empty((100,) + q.shape), np.empty((100,) + q.shape)
@@ -304,7 +304,7 @@ def test_numpy_path_equals_generated_path():
 @pytest.mark.parametrize("method", ["quadrature", pytest.param("table", marks=pytest.mark.slow)])
 def test_tanh_max2_matches_the_mpmath_maps(method):
     """tanh + max2 (no closed form; order-statistic h_2 integrals): propagate's layers against the
-    recursion of the mpmath maps sf.q_map / sf.qab_map at dps 20 (MATH.md section 4), to 1e-12."""
+    recursion of the mpmath maps sf.q_map / sf.qab_map at dps 20 (docs/theory.md section 4), to 1e-12."""
     import mpmath as mp
     act = sf.activation("tanh", pool="max", k=2)
     sw, sb, depth = 2.5, 0.1, 3

@@ -37,3 +37,14 @@ def test_erf_arcsin_formula(a, b, q1, q2, c):
         ref = ent["C"](mp.mpf(q1), mp.mpf(q2), mp.mpf(q12))
         scale = mp.sqrt(ent["V"](mp.mpf(q1)) * ent["V"](mp.mpf(q2)))
     assert abs(sf.C(act, q1, q2, q12) - ref) <= 1e-12 * scale
+
+
+def test_c_on_the_cauchy_schwarz_bound_in_float64():
+    """c = 1 written as q12 = sqrt(q1 q2) in float64 can exceed the bound by an ulp: C stays real and equals
+    the exact value sqrt(q1 q2) E[relu(z)^2] = sqrt(q1 q2)/2 (and -> 0 at c = -1)."""
+    import math
+    for q1, q2 in [(1.0, 10.0), (0.3, 7.0), (2.0, 3.0)]:
+        b = math.sqrt(q1 * q2)
+        assert abs(float(sf.C("relu", q1, q2, b)) - b / 2) <= 1e-15 * b
+        assert abs(float(sf.C("relu", q1, q2, -b))) <= 1e-15 * b
+        assert abs(float(sf.C("relu", q1, q2, b, dps=20)) - b / 2) <= 1e-15 * b

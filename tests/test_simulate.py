@@ -143,7 +143,7 @@ SLOW = pytest.mark.slow
                                      pytest.param("tanh", 2.0, marks=SLOW), ("tanh", 3.0)])
 def test_matches_propagate_small(act, sw):
     """Paper settings (sigma_b2 = 0.1) at width 1000, depth 20, 40 inputs, 8 networks: c^(l) inside the band at
-    every layer; q and gamma (finite-data corrected, MATH.md section 5) within T_MAX standard errors."""
+    every layer; q and gamma (finite-data corrected, docs/theory.md section 10) within T_MAX standard errors."""
     _check_theory(act, sw, 0.1, 1000, 20, 40, 8, 100, layers=(1, 2, 3, 5, 10, 15, 20))
 
 

@@ -40,7 +40,7 @@ def erf_C_exact(q, c):
 
 
 def mp_recursion(act, sw, sb, depth, dps=15):
-    """MATH.md sections 1-2 iterated in mpmath with sf.q_map / sf.qab_map (dps quadrature)."""
+    """docs/theory.md sections 1-2 iterated in mpmath with sf.q_map / sf.qab_map (dps quadrature)."""
     with mpmath.workdps(dps):
         qa, qab = mpmath.mpf(sw) + mpmath.mpf(sb), mpmath.mpf(sb)
     rows = [(qa, qab)]

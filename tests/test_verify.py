@@ -12,7 +12,8 @@ import pytest
 import symfield.theory.maps
 from symfield import cli
 from symfield.symbolic.formula import FormulaError
-from symfield.reports.verify import MC_SIGMAS, REL_TOL, mp_expect1, mp_expect2, verify
+from symfield.reports.oracles import mp_expect1, mp_expect2
+from symfield.reports.verify import MC_SIGMAS, REL_TOL, verify
 
 from oracles import REGISTRY, _acos_relu
 
@@ -105,7 +106,7 @@ def test_odd_activation_creates_no_drift_and_has_eoc_one():
     rep = verify("erf(x)", phase_seconds=0.01, n_mc=20_000)
     assert rep.ok and rep.mean["exact_zero"] and not rep.mean["creates_drift"]
     row = rep.eoc[0]
-    assert row["sigma_b2"] == 0 and abs(row["sigma_w2"] - math.pi / 4) < 1e-12    # MATH.md: erf EOC pi/4
+    assert row["sigma_b2"] == 0 and abs(row["sigma_w2"] - math.pi / 4) < 1e-12    # docs/theory.md: erf EOC pi/4
     assert all(r["residuals"][0] < 1e-7 for r in rep.eoc[1:])
 
 

@@ -2,54 +2,14 @@
 
 Tables (per layer, per sigma_b2, per grid point) go to standard output as CSV, or with
 ``-o FILE`` to FILE.csv / FILE.npz / FILE.nc with the parameters that produced them inside
-(symfield/output.py); ``--json`` prints what a program reads; ``--plot FILE`` draws the figure.
+(symfield/io/output.py); ``--json`` prints what a program reads; ``--plot FILE`` draws the figure.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-import warnings
 
-EPILOG = """examples:
-  symfield list                             built-in activations
-  symfield kernel tanh                      symbolic maps and how each was obtained
-  symfield kernel relu --pool max --k 2 --json
-  symfield map erf --q 1 --q12 0.5 --sigma-w2 1.5 --sigma-b2 0.1 --dps 30
-  symfield propagate relu --sigma-w2 2.5 --sigma-b2 0.1 --depth 30 -o relu.csv
-  symfield qstar tanh --sigma-w2 1.76095 --sigma-b2 0.05 --dps 30
-  symfield eoc tanh --sigma-b2 0.05 --dps 50
-  symfield eoc-curve tanh --sigma-b2 0:0.3:31 -o eoc.nc
-  symfield neutrality tanh --sigma-b2 0.01:0.2:20 --json
-  symfield phase tanh --plot phase.png      phase diagram (sigma_b2 on x, sigma_w2 on y)
-  symfield phase relu --pool max --k 2 --sigma-w2 0.5:4:36 --sigma-b2 0:0.2:21 -o relu-max2.nc
-  symfield divergence relu --sigma-w2 2.5 --sigma-b2 0.1 --depth 400 --plot div.png
-  symfield simulate tanh --sigma-w2 2.5 --sigma-b2 0.1 --width 2000 --depth 60 --plot depth.png
-  symfield gradients relu --sigma-w2 2.5 --sigma-b2 0.1 --width 300 --depth 20 --plot grad.png
-  symfield derive "x*erf(x)" -o xerf.tex
-  symfield verify "x*erf(x)"
-  symfield sweep eoc tanh --sigma-b2 0.01:0.3:30 --dps 30 -d runs/tanh-eoc
-  symfield bench tanh --quick
-Ranges are start:stop:num (num points, both ends included); write negative starts as --sigma-w2=-1:2:3.
-Progress bars appear on a terminal only (stderr); piped output stays clean.
-"""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise SystemExit(_fail(message))
-
-
-def _fail(message):
-    print(f"symfield: error: {message}", file=sys.stderr)
-    return 2
-
-
-def _act(args):
-    from symfield.symbolic.activation import activation
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return activation(args.activation, pool=args.pool, k=args.k) if args.pool else activation(args.activation)
+from symfield.cli.common import act_arg, fail, parse_range, writable
 
 
 def _number(v, dps):
@@ -71,25 +31,6 @@ def _print(args, values, meta=None):
         print("\n".join(f"{k:{width}s} {v}" for k, v in values.items()))
 
 
-def _range(text, name):
-    """'start:stop:num' (num >= 1 points, inclusive) or a single number -> 1-D array."""
-    import numpy as np
-    parts = text.split(":")
-    try:
-        if len(parts) == 1:
-            return np.array([float(parts[0])])
-        if len(parts) == 3 and int(parts[2]) >= 1:
-            return np.linspace(float(parts[0]), float(parts[1]), int(parts[2]))
-    except ValueError:
-        pass
-    raise ValueError(f"{name} must be a number or start:stop:num with num >= 1 (e.g. 0:4:401); got {text!r}")
-
-
-def _writable(path, name, suffixes):
-    from symfield.io.output import writable
-    return writable(path, name, suffixes)
-
-
 def _bar(items, desc):
     """tqdm over items on a terminal (stderr), the plain items when piped."""
     from tqdm.auto import tqdm
@@ -98,8 +39,8 @@ def _bar(items, desc):
 
 def _files(args):
     """Validate -o/--output and --plot before any work: (data path or None, plot path or None)."""
-    out = _writable(args.output, "-o/--output", (".csv", ".npz", ".nc")) if getattr(args, "output", None) else None
-    plot = _writable(args.plot, "--plot", (".png", ".pdf", ".svg")) if getattr(args, "plot", None) else None
+    out = writable(args.output, "-o/--output", (".csv", ".npz", ".nc")) if getattr(args, "output", None) else None
+    plot = writable(args.plot, "--plot", (".png", ".pdf", ".svg")) if getattr(args, "plot", None) else None
     return out, plot
 
 
@@ -137,7 +78,7 @@ def _params(args, **extra):
     from symfield.io.output import params_record
     skip = {"command", "json", "output", "plot", "func", "activation", "pool", "k"}
     base = {k: v for k, v in vars(args).items() if k not in skip}
-    return params_record(command=args.command, activation=_act(args).name, **base, **extra)
+    return params_record(command=args.command, activation=act_arg(args).name, **base, **extra)
 
 
 # ---------------------------------------------------------------- commands: maps and fixed points
@@ -150,7 +91,7 @@ def cmd_list(args):
 
 def cmd_kernel(args):
     from symfield.symbolic.kernel import MAPS, kernel
-    K = kernel(_act(args))
+    K = kernel(act_arg(args))
     if args.json:
         print(json.dumps({"activation": K.act.name, "closed_form": K.closed_form,
                           "maps": {n: {"expr": str(K[n]), "method": K.methods[n]} for n in MAPS}}, indent=2))
@@ -161,7 +102,7 @@ def cmd_kernel(args):
 
 def cmd_map(args):
     from symfield.theory import maps
-    act = _act(args)
+    act = act_arg(args)
     q12 = args.q if args.q12 is None else args.q12
     q2 = args.q if args.q2 is None else args.q2
     out = {
@@ -180,7 +121,7 @@ def cmd_qstar(args):
 
     from symfield.theory.fixedpoint import q_star
     from symfield.theory.maps import chi1
-    act = _act(args)
+    act = act_arg(args)
     qs = q_star(act, args.sigma_w2, args.sigma_b2, dps=args.dps)
     slope = chi1(act, args.sigma_w2, args.sigma_b2, q=qs, dps=args.dps) if 0 < qs < mpmath.inf else None
     _print(args, {"q_star": _number(qs, args.dps), "chi1": None if slope is None else _number(slope, args.dps)})
@@ -189,7 +130,7 @@ def cmd_qstar(args):
 
 def cmd_eoc(args):
     from symfield.theory.fixedpoint import eoc
-    e = eoc(_act(args), args.sigma_b2, dps=args.dps)
+    e = eoc(act_arg(args), args.sigma_b2, dps=args.dps)
     out = {k: _number(getattr(e, k), args.dps) for k in ("sigma_b2", "sigma_w2", "q_star")}
     out["q_slope"] = f"{e.q_slope:.6g}" + ("" if e.stable else " (> 1: q* is unstable, the recursion does not reach it)")
     _print(args, out)
@@ -201,9 +142,9 @@ def cmd_line(args):
     import numpy as np
 
     from symfield.theory.fixedpoint import eoc, neutrality
-    sb = _range(args.sigma_b2, "--sigma-b2")
+    sb = parse_range(args.sigma_b2, "--sigma-b2")
     out, _ = _files(args)
-    act = _act(args)
+    act = act_arg(args)
     if args.command == "eoc-curve":
         names = ("sigma_w2", "q_star")
 
@@ -237,7 +178,7 @@ def cmd_propagate(args):
 
     from symfield.theory.propagate import propagate
     out, _ = _files(args)
-    r = propagate(_act(args), args.sigma_w2, args.sigma_b2, args.depth, q0=args.q0, qab0=args.qab0,
+    r = propagate(act_arg(args), args.sigma_w2, args.sigma_b2, args.depth, q0=args.q0, qab0=args.qab0,
                   residual=args.residual)
     data = {n: np.asarray(getattr(r, n), dtype=float) for n in ("q", "qab", "c", "gamma")}
     params = _params(args, method=r.method, status=int(r.status))
@@ -271,10 +212,10 @@ def cmd_phase(args):
     import numpy as np
 
     from symfield.theory.fixedpoint import PHASES
-    sw, sb = _range(args.sigma_w2, "--sigma-w2"), _range(args.sigma_b2, "--sigma-b2")
+    sw, sb = parse_range(args.sigma_w2, "--sigma-w2"), parse_range(args.sigma_b2, "--sigma-b2")
     out, plot = _files(args)
     t0 = time.perf_counter()
-    act = _act(args)
+    act = act_arg(args)
     pd = _phase_blocks(act, sw, sb, args.depth, args.eoc_tol)
     seconds = time.perf_counter() - t0
     if out is not None:
@@ -313,7 +254,7 @@ def cmd_divergence(args):
 
     from symfield.theory.divergence import divergence
     out, plot = _files(args)
-    d = divergence(_act(args), args.sigma_w2, args.sigma_b2, depth=args.depth, dps=args.dps)
+    d = divergence(act_arg(args), args.sigma_w2, args.sigma_b2, depth=args.depth, dps=args.dps)
     value = {"exponential": ("rate", d.rate), "power-law": ("exponent", d.exponent),
              "finite": ("gamma_star", d.gamma_star)}[d.kind]
     summary = {"kind": d.kind, value[0]: value[1], "rms": d.rms, "precision": d.precision}
@@ -340,7 +281,7 @@ def cmd_simulate(args):
     from symfield.theory.propagate import propagate
     from symfield.simulate import finite_data_gamma, simulate
     out, plot = _files(args)
-    act = _act(args)
+    act = act_arg(args)
     s = simulate(act, args.width, args.depth, args.sigma_w2, args.sigma_b2, args.n_inputs, args.n_networks,
                  args.seed, args.residual, method=args.method)
     th = propagate(act, args.sigma_w2, args.sigma_b2, args.depth, residual=args.residual)
@@ -362,7 +303,7 @@ def cmd_simulate(args):
 def cmd_gradients(args):
     from symfield.simulate import class_gradients
     out, plot = _files(args)
-    g = class_gradients(_act(args), args.width, args.depth, args.sigma_w2, args.sigma_b2, args.n_inputs,
+    g = class_gradients(act_arg(args), args.width, args.depth, args.sigma_w2, args.sigma_b2, args.n_inputs,
                         args.n_networks, args.seed, args.residual)
     data = {n: getattr(g, n).mean(axis=0) for n in ("all", "favoured", "unfavoured")}
     data.update({f"net_{n}": getattr(g, n) for n in ("all", "favoured", "unfavoured")},
@@ -381,7 +322,7 @@ def cmd_gradients(args):
 # ---------------------------------------------------------------- commands: documents and checks
 def cmd_derive(args):
     from symfield.reports.derive import derive
-    tex = derive(_act(args))
+    tex = derive(act_arg(args))
     if not args.output:
         sys.stdout.write(tex)
         return 0
@@ -389,7 +330,7 @@ def cmd_derive(args):
         with open(args.output, "w", encoding="utf-8") as fh:
             fh.write(tex)
     except OSError as err:
-        return _fail(f"cannot write {args.output!r}: {err.strerror or err}")
+        return fail(f"cannot write {args.output!r}: {err.strerror or err}")
     return 0
 
 
@@ -401,12 +342,12 @@ def cmd_verify(args):
 
 
 def cmd_sweep(args):
-    from symfield.sweep import cli
+    from symfield.cli.sweep import cli
     return cli(args)
 
 
 def cmd_bench(args):
-    from symfield.reports.bench import cli
+    from symfield.cli.bench import cli
     return cli(args)
 
 
@@ -422,12 +363,12 @@ def main(argv=None):
     try:
         return COMMANDS[args.command](args)
     except (ValueError, TypeError, NotImplementedError, ArithmeticError) as err:
-        return _fail(str(err).splitlines()[0])
+        return fail(str(err).splitlines()[0])
     except BrokenPipeError:  # the reader (e.g. `| head`) closed the pipe: stop quietly
         import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except OSError as err:  # e.g. the output directory vanished or filled up while computing
-        return _fail(f"{err.strerror or err}" + (f": {err.filename!r}" if err.filename else ""))
+        return fail(f"{err.strerror or err}" + (f": {err.filename!r}" if err.filename else ""))
     except KeyboardInterrupt:
-        return _fail("interrupted")
+        return fail("interrupted")

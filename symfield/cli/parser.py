@@ -1,14 +1,22 @@
-"""Arguments of every ``symfield`` sub-command (the commands themselves are in cli.py)."""
+"""Arguments of every ``symfield`` sub-command (the commands themselves are in cli/main.py).
+
+One table, :data:`SUBCOMMANDS`: name, help, examples and the function that adds its arguments;
+``sweep`` and ``bench`` register themselves (cli/sweep.py, cli/bench.py).
+"""
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
-from symfield.cli.main import EPILOG, _Parser
+from symfield.cli import bench as bench_cli
+from symfield.cli import sweep as sweep_cli
+from symfield.cli.common import EPILOG, Parser
 
 RAW = argparse.RawDescriptionHelpFormatter
 DATA_HELP = "write the table to FILE.csv, FILE.npz or FILE.nc (netCDF, needs xarray); parameters recorded inside"
 
 
+# ---------------------------------------------------------------- argument groups
 def _common(p, json=True):
     p.add_argument("activation", help="built-in name (see `symfield list`) or a formula in x, e.g. \"x*erf(x)\"")
     p.add_argument("--pool", choices=["max", "avg"], help="multi-node activation: pool phi over k nodes")
@@ -33,11 +41,6 @@ def _dps(p, default=None):
                    help=f"decimal digits (mpmath); default {default if default else 'float64'}")
 
 
-def _sub(sub, name, help, examples):
-    return sub.add_parser(name, help=help, description=help + ".", formatter_class=RAW,
-                          epilog="examples:\n" + "\n".join(f"  {e}" for e in examples))
-
-
 def _network(p, width, depth, n_inputs, n_networks):
     p.add_argument("--width", type=int, default=width, help=f"nodes per layer N (default {width})")
     p.add_argument("--depth", type=int, default=depth, help=f"layers L (default {depth})")
@@ -47,17 +50,8 @@ def _network(p, width, depth, n_inputs, n_networks):
     p.add_argument("--residual", type=float, metavar="ALPHA", help="residual blocks h + ALPHA (W y + b)")
 
 
-def build_parser():
-    parser = _Parser(prog="symfield", description="Exact mean-field theory of wide random networks.",
-                     epilog=EPILOG, formatter_class=RAW)
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
-    _sub(sub, "list", "built-in activations", ["symfield list"])
-
-    _common(_sub(sub, "kernel", "symbolic kernel maps of an activation",
-                 ["symfield kernel tanh", 'symfield kernel "x*erf(x)" --json', "symfield kernel relu --pool max --k 2"]))
-
-    p = _sub(sub, "map", "evaluate q_map, qab_map and chi1 at one point",
-             ["symfield map erf --q 1 --q12 0.5 --sigma-w2 1.5 --sigma-b2 0.1 --dps 30"])
+# ---------------------------------------------------------------- maps and fixed points
+def _map(p):
     _common(p)
     p.add_argument("--q", type=float, required=True, help="variance q (q1 of the pair)")
     p.add_argument("--q2", type=float, help="second variance (default q)")
@@ -66,33 +60,29 @@ def build_parser():
     p.add_argument("--sigma-b2", type=float, default=0.0, help="bias variance (default 0)")
     _dps(p)
 
-    p = _sub(sub, "qstar", "variance fixed point q* and chi1 there",
-             ["symfield qstar tanh --sigma-w2 1.76095 --sigma-b2 0.05 --dps 30"])
+
+def _qstar(p):
     _common(p)
     _point(p)
     _dps(p)
 
-    p = _sub(sub, "eoc", "edge of chaos sigma_w2 (and q*) at one sigma_b2", ["symfield eoc tanh --sigma-b2 0.05 --dps 50"])
+
+def _eoc(p):
     _common(p)
     p.add_argument("--sigma-b2", type=float, required=True)
     _dps(p)
 
-    for name, what, default, examples in (
-            ("eoc-curve", "edge-of-chaos line: sigma_w2 and q* for each sigma_b2 of a range", "0:0.2:21",
-             ["symfield eoc-curve tanh --sigma-b2 0:0.3:31", "symfield eoc-curve erf --sigma-b2 0.01:0.2:5 --dps 30 -o erf-eoc.csv",
-              "symfield eoc-curve tanh --pool avg --k 2 --sigma-b2 0:0.2:21 -o eoc.nc --json"]),
-            ("neutrality", "neutrality line c* = 1/2: sigma_w2 for each sigma_b2 > 0", "0.01:0.2:20",
-             ["symfield neutrality tanh --sigma-b2 0.1", "symfield neutrality erf --sigma-b2 0.01:0.2:20 -o neutral.npz",
-              "symfield neutrality tanh --sigma-b2 0.05 --dps 30 --json"])):
-        p = _sub(sub, name, what, examples)         # one parser shape for both lines (cli.cmd_line runs both)
-        _common(p)
-        p.add_argument("--sigma-b2", default=default, help=f"start:stop:num or a number (default {default})")
-        _dps(p)
-        _files(p)
 
-    p = _sub(sub, "propagate", "q, qab, c, gamma per layer at one (sigma_w2, sigma_b2)",
-             ["symfield propagate relu --sigma-w2 2.5 --sigma-b2 0.1 --depth 30",
-              "symfield propagate tanh --sigma-w2 1.5 --sigma-b2 0.05 --depth 1000 --residual 0.03 -o res.nc"])
+def _line(p, default):
+    """eoc-curve and neutrality: one parser shape for both lines (cli.main.cmd_line runs both)."""
+    _common(p)
+    p.add_argument("--sigma-b2", default=default, help=f"start:stop:num or a number (default {default})")
+    _dps(p)
+    _files(p)
+
+
+# ---------------------------------------------------------------- depth, phases, divergence
+def _propagate(p):
     _common(p)
     _point(p)
     p.add_argument("--depth", type=int, default=50, help="layers (default 50)")
@@ -101,10 +91,8 @@ def build_parser():
     p.add_argument("--residual", type=float, metavar="ALPHA", help="residual blocks q + ALPHA^2 (sigma_w2 V + sigma_b2)")
     _files(p)
 
-    p = _sub(sub, "phase", "phase diagram on a (sigma_w2, sigma_b2) grid: labels, EOC and neutrality lines",
-             ["symfield phase tanh --plot phase.png",
-              "symfield phase tanh --sigma-w2 0:4:401 --sigma-b2 0:0.2:201 -o tanh.nc",
-              "symfield phase relu --pool max --k 2 --sigma-w2 0.5:4:36 --sigma-b2 0:0.2:21 --plot relu-max2.png"])
+
+def _phase(p):
     _common(p)
     p.add_argument("--sigma-w2", default="0:4:401", help="start:stop:num (default 0:4:401)")
     p.add_argument("--sigma-b2", default="0:0.2:201", help="start:stop:num (default 0:0.2:201)")
@@ -113,9 +101,8 @@ def build_parser():
     p.add_argument("-o", "--output", metavar="FILE", help=DATA_HELP)
     p.add_argument("--plot", metavar="FILE", help="draw the paper-style phase diagram to FILE.png/.pdf/.svg")
 
-    p = _sub(sub, "divergence", "how gamma^(l) diverges: exponential (rate), power law (exponent) or finite",
-             ["symfield divergence relu --sigma-w2 2.5 --sigma-b2 0.1", "symfield divergence relu --sigma-w2 1.5 --sigma-b2 0.1 --json",
-              "symfield divergence relu --pool max --k 2 --sigma-w2 2 --sigma-b2 0 --depth 300 --plot div.png -o gamma.csv"])
+
+def _divergence(p):
     _common(p)
     _point(p)
     p.add_argument("--depth", type=int, default=200, help="layers fitted (default 200, at least 20)")
@@ -123,10 +110,9 @@ def build_parser():
     p.add_argument("-o", "--output", metavar="FILE", help="write gamma per layer to FILE.csv/.npz/.nc (fit recorded inside)")
     p.add_argument("--plot", metavar="FILE", help="gamma on semi-log and log-log axes to FILE.png/.pdf/.svg")
 
-    p = _sub(sub, "simulate", "finite-width networks: per-layer q, qab, c (5/50/95 percentiles), V, Vtilde, gamma, theory alongside",
-             ["symfield simulate tanh --sigma-w2 2.5 --sigma-b2 0.1 --width 2000 --depth 60 -o sim.nc",
-              "symfield simulate relu --sigma-w2 2 --sigma-b2 0 --n-networks 8 --plot depth.png --json",
-              "symfield simulate tanh --sigma-w2 1.5 --sigma-b2 0.05 --depth 200 --residual 0.07"])
+
+# ---------------------------------------------------------------- finite width
+def _simulate(p):
     _common(p)
     _point(p)
     _network(p, width=1000, depth=50, n_inputs=100, n_networks=4)
@@ -134,28 +120,80 @@ def build_parser():
                    help="gram: exact per-layer Gram sampling (default); weights: explicit weight matrices")
     _files(p, "c^(l) and gamma^(l) against depth with the simulated 5-95 percent band")
 
-    p = _sub(sub, "gradients", "per-class gradients (favoured / unfavoured class) per layer, softmax cross-entropy",
-             ["symfield gradients relu --sigma-w2 2.5 --sigma-b2 0.1 --width 300 --depth 20 --plot grad.png",
-              "symfield gradients tanh --sigma-w2 3 --sigma-b2 0.05 --n-networks 8 -o grad.nc"])
+
+def _gradients(p):
     _common(p)
     _point(p)
     _network(p, width=300, depth=20, n_inputs=100, n_networks=4)
     _files(p, "mean squared gradients per class against depth")
 
-    p = _sub(sub, "derive", "LaTeX document deriving the mean-field theory of an activation",
-             ["symfield derive tanh -o tanh.tex", 'symfield derive "x*erf(x)"', "symfield derive relu --pool max --k 2"])
+
+# ---------------------------------------------------------------- documents and checks
+def _derive(p):
     _common(p, json=False)
     p.add_argument("-o", "--output", metavar="FILE", help="write the .tex file here (default: standard output)")
 
-    p = _sub(sub, "verify", "check a new activation: closed forms, V/C/chi1 three ways, drift, EOC, phases",
-             ['symfield verify "x*erf(x)"', 'symfield verify "x*sigmoid(x)" --json'])
+
+def _verify(p):
     p.add_argument("formula", help='formula in x, e.g. "x*erf(x)" (or a built-in name)')
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (default 0)")
     p.add_argument("--n-mc", type=int, default=200_000, help="Monte Carlo samples (default 200000)")
 
-    from symfield.reports.bench import add_parser as bench_parser
-    from symfield.sweep import add_parser as sweep_parser
-    sweep_parser(sub)
-    bench_parser(sub)
+
+# (name, help = description, examples, adds the arguments), in the order `symfield --help` lists them
+SUBCOMMANDS = (
+    ("list", "built-in activations", ["symfield list"], None),
+    ("kernel", "symbolic kernel maps of an activation",
+     ["symfield kernel tanh", 'symfield kernel "x*erf(x)" --json', "symfield kernel relu --pool max --k 2"], _common),
+    ("map", "evaluate q_map, qab_map and chi1 at one point",
+     ["symfield map erf --q 1 --q12 0.5 --sigma-w2 1.5 --sigma-b2 0.1 --dps 30"], _map),
+    ("qstar", "variance fixed point q* and chi1 there",
+     ["symfield qstar tanh --sigma-w2 1.76095 --sigma-b2 0.05 --dps 30"], _qstar),
+    ("eoc", "edge of chaos sigma_w2 (and q*) at one sigma_b2", ["symfield eoc tanh --sigma-b2 0.05 --dps 50"], _eoc),
+    ("eoc-curve", "edge-of-chaos line: sigma_w2 and q* for each sigma_b2 of a range",
+     ["symfield eoc-curve tanh --sigma-b2 0:0.3:31", "symfield eoc-curve erf --sigma-b2 0.01:0.2:5 --dps 30 -o erf-eoc.csv",
+      "symfield eoc-curve tanh --pool avg --k 2 --sigma-b2 0:0.2:21 -o eoc.nc --json"],
+     partial(_line, default="0:0.2:21")),
+    ("neutrality", "neutrality line c* = 1/2: sigma_w2 for each sigma_b2 > 0",
+     ["symfield neutrality tanh --sigma-b2 0.1", "symfield neutrality erf --sigma-b2 0.01:0.2:20 -o neutral.npz",
+      "symfield neutrality tanh --sigma-b2 0.05 --dps 30 --json"],
+     partial(_line, default="0.01:0.2:20")),
+    ("propagate", "q, qab, c, gamma per layer at one (sigma_w2, sigma_b2)",
+     ["symfield propagate relu --sigma-w2 2.5 --sigma-b2 0.1 --depth 30",
+      "symfield propagate tanh --sigma-w2 1.5 --sigma-b2 0.05 --depth 1000 --residual 0.03 -o res.nc"], _propagate),
+    ("phase", "phase diagram on a (sigma_w2, sigma_b2) grid: labels, EOC and neutrality lines",
+     ["symfield phase tanh --plot phase.png",
+      "symfield phase tanh --sigma-w2 0:4:401 --sigma-b2 0:0.2:201 -o tanh.nc",
+      "symfield phase relu --pool max --k 2 --sigma-w2 0.5:4:36 --sigma-b2 0:0.2:21 --plot relu-max2.png"], _phase),
+    ("divergence", "how gamma^(l) diverges: exponential (rate), power law (exponent) or finite",
+     ["symfield divergence relu --sigma-w2 2.5 --sigma-b2 0.1", "symfield divergence relu --sigma-w2 1.5 --sigma-b2 0.1 --json",
+      "symfield divergence relu --pool max --k 2 --sigma-w2 2 --sigma-b2 0 --depth 300 --plot div.png -o gamma.csv"],
+     _divergence),
+    ("simulate", "finite-width networks: per-layer q, qab, c (5/50/95 percentiles), V, Vtilde, gamma, theory alongside",
+     ["symfield simulate tanh --sigma-w2 2.5 --sigma-b2 0.1 --width 2000 --depth 60 -o sim.nc",
+      "symfield simulate relu --sigma-w2 2 --sigma-b2 0 --n-networks 8 --plot depth.png --json",
+      "symfield simulate tanh --sigma-w2 1.5 --sigma-b2 0.05 --depth 200 --residual 0.07"], _simulate),
+    ("gradients", "per-class gradients (favoured / unfavoured class) per layer, softmax cross-entropy",
+     ["symfield gradients relu --sigma-w2 2.5 --sigma-b2 0.1 --width 300 --depth 20 --plot grad.png",
+      "symfield gradients tanh --sigma-w2 3 --sigma-b2 0.05 --n-networks 8 -o grad.nc"], _gradients),
+    ("derive", "LaTeX document deriving the mean-field theory of an activation",
+     ["symfield derive tanh -o tanh.tex", 'symfield derive "x*erf(x)"', "symfield derive relu --pool max --k 2"], _derive),
+    ("verify", "check a new activation: closed forms, V/C/chi1 three ways, drift, EOC, phases",
+     ['symfield verify "x*erf(x)"', 'symfield verify "x*sigmoid(x)" --json'], _verify),
+)
+
+
+def build_parser():
+    """The ``symfield`` parser: the sub-commands of :data:`SUBCOMMANDS`, then sweep and bench."""
+    parser = Parser(prog="symfield", description="Exact mean-field theory of wide random networks.",
+                    epilog=EPILOG, formatter_class=RAW)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
+    for name, what, examples, add_arguments in SUBCOMMANDS:
+        p = sub.add_parser(name, help=what, description=what + ".", formatter_class=RAW,
+                           epilog="examples:\n" + "\n".join(f"  {e}" for e in examples))
+        if add_arguments is not None:
+            add_arguments(p)
+    sweep_cli.add_parser(sub)
+    bench_cli.add_parser(sub)
     return parser

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from symfield.core.files import save_npz
+from symfield.core.version import __version__
 
 SUFFIXES = (".csv", ".npz", ".nc")
 
@@ -51,7 +52,6 @@ def _xarray():
 
 def params_record(**params) -> dict:
     """The parameters as stored: JSON-safe values plus the symfield version."""
-    from symfield.core.version import __version__
     return {**{k: _plain(v) for k, v in params.items()}, "symfield": __version__}
 
 

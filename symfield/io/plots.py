@@ -1,13 +1,16 @@
 """Figures (matplotlib, imported only when a plot is asked for; headless "Agg" backend).
 
 The phase diagram follows the paper's layout: sigma_b2 on x, sigma_w2 on y, one colour per
-phase of MATH.md section 6, the edge-of-chaos curve (solid) and the neutrality line (dashed).
+phase of docs/theory.md section 6, the edge-of-chaos curve (solid) and the neutrality line (dashed).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from symfield.simulate import finite_data_gamma
+from symfield.theory import igb
 from symfield.theory.fixedpoint import PHASES
+from symfield.theory.maps import q_growth
 
 COLOURS = {  # ordered, EOC, chaotic, prejudice, neutrality
     "ordered-deep-prejudice": "#4c72b0", "edge-of-chaos": "#000000", "chaotic-deep-prejudice": "#c44e52",
@@ -31,7 +34,6 @@ def _variance_criterion(act):
     """sigma_w2 where q_growth = sigma_w2 V(q)/q = 1 for positively homogeneous psi, else None."""
     if act is None:
         return None
-    from symfield.theory.maps import q_growth
     try:
         return 1.0 / float(q_growth(act, 1.0))
     except (NotImplementedError, ValueError):
@@ -52,7 +54,7 @@ def phase_diagram(pd, path=None, ax=None, title=None, act=None):
 
     With ``act`` (the activation of ``pd``) positively homogeneous, the variance criterion
     q_growth = 1 is drawn as well (dash-dot): below it q converges, above it q grows geometrically.
-    For plain ReLU it is the chi1 = 1 line; for pooled ReLU the two differ (MATH.md section 2)."""
+    For plain ReLU it is the chi1 = 1 line; for pooled ReLU the two differ (docs/theory.md section 2)."""
     plt = _pyplot()
     from matplotlib.colors import BoundaryNorm, ListedColormap
     from matplotlib.patches import Patch
@@ -123,7 +125,6 @@ def depth_curves(prop, sim=None, path=None, title=None):
         a2.semilogy(ls, sim.gamma, color="#4c72b0", lw=1, label="simulation")
         P = sim.params.get("n_inputs", 0)
         if P >= 2:  # what the finite-data estimator Vtilde/V averages to at infinite width
-            from symfield.simulate import finite_data_gamma
             q = np.asarray(prop.q).reshape(layers.size, -1)[:, 0]
             qab = np.asarray(prop.qab).reshape(layers.size, -1)[:, 0]
             a2.semilogy(layers, finite_data_gamma(q, qab, P)[2], "k:", lw=1.5, label=f"infinite width, P = {P}")
@@ -139,9 +140,8 @@ def depth_curves(prop, sim=None, path=None, title=None):
 
 
 def g0_densities(gammas=(0.1, 0.5, 1.0, 2.0, 10.0), path=None):
-    """Densities of G0, the fraction of inputs assigned to class 0 (MATH.md section 5), for
+    """Densities of G0, the fraction of inputs assigned to class 0 (docs/theory.md section 10), for
     several drift ratios gamma: peaked at 1/2 (gamma < 1), uniform (gamma = 1), pushed to 0 and 1."""
-    from symfield.theory import igb
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     g = np.linspace(1e-4, 1 - 1e-4, 801)

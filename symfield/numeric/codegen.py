@@ -29,7 +29,8 @@ kernel (:data:`GRID_SOURCE`), which call ``V(M, q)``, ``C(M, q1, q2, q12)`` and 
 :mod:`symfield.tables` otherwise (one compiled table module serves every activation, the table is
 data). The recursion step and the closed-form maps are inlined (``inline="always"``: no per-point
 call overhead); the tables' larger V and C stay calls (inlining them made numba's compile of the
-parallel kernel take minutes).
+parallel kernel take minutes). Outside numba the same step runs through :func:`step_functions`
+(propagate's NumPy quadrature path, divergence's mpmath path).
 
 This module never imports numba at import time; only :func:`load` does.
 """
@@ -44,10 +45,12 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
 import sympy as sp
 from sympy.printing.pycode import PythonCodePrinter
 
 from symfield.core.files import cache_dir
+from symfield.core.version import __version__
 from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
 
 # SymPy function class -> printed name (all of these are supported by numba in nopython mode).
@@ -63,17 +66,18 @@ _SUPPORTED_TEXT = "+, -, *, /, powers, sqrt, pi, E, " + ", ".join(sorted(
     {f.__name__ for f in ALLOWED}))
 
 # One layer of the recursion, written once. Generated modules compile it with numba (scalars, one
-# grid point per call); the NumPy fallback of symfield.propagate executes the same text with
-# vectorised V and C (arrays of grid points). V, C and in_domain are module globals; M is the maps'
-# data: unused by closed forms, the table arrays of symfield.tables for maps without one.
+# grid point per call); :func:`step_functions` executes the same text in plain Python with other maps
+# (propagate's NumPy fallback: vectorised quadrature; divergence: mpmath). V and C are module globals
+# (the only names it needs); M is the maps' data: unused by closed forms, the table arrays of
+# symfield.tables for maps without one.
 STEP_SOURCE = """
 def first_layer(qa0, qb0, qab0, sw, sb):
-    \"\"\"Layer l = 1 is linear (MATH.md section 1): q1 = sigma_w2 q0 + sigma_b2.\"\"\"
+    \"\"\"Layer l = 1 is linear (docs/theory.md section 1): q1 = sigma_w2 q0 + sigma_b2.\"\"\"
     return sw * qa0 + sb, sw * qb0 + sb, sw * qab0 + sb
 
 
 def layer_step(qa, qb, qab, sw, sb, alpha2, residual, general, M):
-    \"\"\"Layer l >= 2 (MATH.md sections 2 and 8).
+    \"\"\"Layer l >= 2 (docs/theory.md sections 2 and 8).
 
     plain:    q' = sigma_w2 V(q) + sigma_b2,              q12' = sigma_w2 C(qa, qb, q12) + sigma_b2
     residual: q' = q + alpha^2 (sigma_w2 V(q) + sigma_b2)  (and likewise for q12)
@@ -90,6 +94,20 @@ def layer_step(qa, qb, qab, sw, sb, alpha2, residual, general, M):
         return qa + alpha2 * fa, qb + alpha2 * fb, qab + alpha2 * fab
     return fa, fb, fab
 """
+_STEP_CODE = compile(STEP_SOURCE, "<symfield.codegen.STEP_SOURCE>", "exec")
+
+
+def step_functions(V, C):
+    """``(first_layer, layer_step)`` of :data:`STEP_SOURCE` executed in plain Python with the maps
+    ``V(M, q)`` and ``C(M, q1, q2, q12)`` (any number type: NumPy arrays, mpmath mpf, ...).
+
+    The one way to run the recursion outside numba, so every path iterates the same text:
+    q' = sigma_w2 V(q) + sigma_b2, q12' = sigma_w2 C(qa, qb, q12) + sigma_b2 (residual: q + alpha^2 (...)).
+    """
+    ns = {"V": V, "C": C}
+    exec(_STEP_CODE, ns)
+    return ns["first_layer"], ns["layer_step"]
+
 
 GRID_SOURCE = """
 BLOCK = 16
@@ -288,7 +306,6 @@ def print_map(expr: sp.Expr, what: str, args) -> str:
 
 
 def _versions() -> str:
-    from symfield.core.version import __version__
     vs = [f"symfield {__version__}", f"sympy {sp.__version__}",
           f"python {sys.version_info.major}.{sys.version_info.minor}"]
     try:
@@ -407,5 +424,4 @@ def load(K):
 
 def no_data():
     """The M argument of closed-form modules (ignored; one fixed type keeps one compiled signature)."""
-    import numpy as np
     return np.zeros(1)

@@ -24,7 +24,7 @@ term on (u_1, v_2), which are independent and leave v_1 | u_1 and u_2 | v_2 inde
 H(a, b) = sum over the boundaries b_j of A(b) of +-G(b_j), G(b) = P(u' in A(a), v' <= b) tabulated per
 outer row as a piecewise Chebyshev antiderivative of its smooth density (RowCDF, 1e-15 against
 Owen's-T bivariate normal CDFs); P1, P2 are sums of normal CDFs.  For monotone non-decreasing phi, A(y) = (-inf, phi^-1(y)]
-and these are exactly the order-statistic formulas of MATH.md section 4 (h_k); tests/test_pool.py
+and these are exactly the order-statistic formulas of docs/theory.md section 4 (h_k); tests/test_pool_levelsets.py
 checks that on relu and tanh.
 
 Level sets.  Turning points of phi (sign changes of phi', kinks included) are found on a scan
@@ -43,7 +43,7 @@ P1, P2 change: the level-set boundaries of phi(c'u + j s_c) and (alpha + j s_c2)
 boundaries alpha of A(phi(u)), j in {0, +-1, +-2, +-3, +-4.5, +-6.5, +-9}.  c = 0: product of
 1-D maps; c = 1 with q1 = q2: C = V, dC = dpsi2; |c| = 1 otherwise: C at |c| (1 - 1e-13)
 (|dC/dq12| <= sqrt(dpsi2(q1) dpsi2(q2)), so the change is <= 1e-13 sqrt(q1 q2 dpsi2 dpsi2)),
-dC by adaptive Gauss-Kronrod of its 1-D integral.  Measured (tests/test_pool.py and the runs in
+dC by adaptive Gauss-Kronrod of its 1-D integral.  Measured (tests/test_pool_levelsets.py and the runs in
 the issue report): against a rule of doubled resolution (16-point GL, half-step tanh-sinh), in the
 natural scale (C: sqrt(V(q1) V(q2)), 1-D maps: relative), for abs, cos, sin, gelu, silu, x^2 - x:
 <= 1e-12 for k <= 3 and |c| <= 0.99, up to 3e-11 for k = 8 (H^7 is steeper for 8-point rules) and at
@@ -77,7 +77,11 @@ from functools import lru_cache
 
 import mpmath
 import numpy as np
+from mpmath.libmp import to_fixed
+from mpmath.libmp.libelefun import exp_fixed, ln2_fixed
 from scipy.special import ndtr
+
+from symfield.numeric.quadrature import GUARD, bvn_cdf, controlled
 
 L_INT = 9.0                  # integration range in standard units
 L_DOM = 10.0                 # level-set domain [-X, X], X = L_DOM sd; boundaries beyond -> +-inf
@@ -393,7 +397,6 @@ def _active(LO, HI):
 
 def _bvn_inf(x, y, c):
     """bvn_cdf with +inf arguments allowed."""
-    from symfield.numeric.quadrature import bvn_cdf
     out = np.empty(x.shape)
     xi, yi = np.isinf(x), np.isinf(y)
     both = xi & yi
@@ -1025,8 +1028,6 @@ class _BVN:
     Gauss-Legendre of degree d in t (entire integrand on the interval), summed in fixed point (prec + 40 bits)."""
 
     def __init__(self, c, d):
-        from mpmath.libmp import to_fixed
-        from mpmath.libmp.libelefun import ln2_fixed
         self.bits = bits = mpmath.mp.prec + 40
         self.fx = lambda v: to_fixed(mpmath.mpf(v)._mpf_, bits)
         self.ln2 = ln2_fixed(bits)
@@ -1053,7 +1054,6 @@ class _BVN:
             return Nk
         if kI is None:
             return Nh
-        from mpmath.libmp.libelefun import exp_fixed
         bits, ln2, cut = self.bits, self.ln2, self.cut
         hh, hk = h2 + k2, (hI * kI) >> bits
         tot = 0
@@ -1065,6 +1065,48 @@ class _BVN:
         if self.c0 == 0:
             return Nh * Nk + val
         return (min(Nh, Nk) if self.c0 > 0 else max(mpmath.mpf(0), Nh + Nk - 1)) + val
+
+
+def _special_points_mp(phi, lv, m1):
+    """(plain, sing): phi's special points (turning points, kinks, level-set ends) and the preimages of its
+    critical values, the latter refined to working precision (roots of phi = critical value by findroot)."""
+    def exact(x):
+        x = mpmath.mpf(x)
+        y = _nearest_crit(m1, phi, lv, float(x))
+        if y is None:
+            return x
+        try:
+            return mpmath.findroot(lambda t: phi(t) - y, x, tol=mpmath.mpf(10) ** (-2 * mpmath.mp.dps))
+        except (ValueError, ZeroDivisionError):
+            return x
+    return [mpmath.mpf(x) for x in lv.plain] + [x for x in m1.ends[1:-1]], [exact(x) for x in lv.sing]
+
+
+def _first_term(g, phi, m2, k, mu, sc, s2, zs, wz, Hu, std):
+    """Terms k w_z g(v) H(phi(u), phi(v))^(k-1), v = c'u + s_c z, of one row u (Hu(B) = H with u's boundaries)."""
+    acc = []
+    for z, wzi in zip(zs, wz):
+        v = mu + sc * z
+        gv = g(v)
+        if gv == 0:
+            continue
+        Hv = Hu(std(m2.bounds(phi(v), v), s2))
+        acc.append(k * wzi * gv * (Hv ** (k - 1) if k > 1 else 1))
+    return acc
+
+
+def _second_term(k, mu, sc, cpp, sc2, Bu, rowT, Hu):
+    """Terms k(k-1) w_t g(v) P1 P2 H^(k-2) of one row u over the shared grid rowT (u, v independent):
+    P1 = sum_j s_j N((beta_j - c'u)/s_c), P2 = sum_i s_i N((alpha_i - c''v)/s_c2)."""
+    acc = []
+    for wg, v, Bv, Bvs in rowT:
+        P1 = mpmath.fsum(sg * mpmath.ncdf((x - mu) / sc) for x, sg in Bv)
+        P2 = mpmath.fsum(sg * mpmath.ncdf((x - cpp * v) / sc2) for x, sg in Bu)
+        t2 = k * (k - 1) * wg * P1 * P2
+        if k > 2:
+            t2 *= Hu(Bvs) ** (k - 2)
+        acc.append(t2)
+    return acc
 
 
 def argmax_expect2_mp(f, g, phi, dphi, q1, q2, q12, k, lv, N, argmax_only=False):
@@ -1081,7 +1123,6 @@ def argmax_expect2_mp(f, g, phi, dphi, q1, q2, q12, k, lv, N, argmax_only=False)
     a preimage of a critical value (F_q(phi(u)) has a power singularity there).  Error control:
     quadrature.controlled (degrees d-2, d-1, d, also of _BVN's rule; panel halvings; ArithmeticError), scale
     S = max(|value|, min(1, E|f(u_A) g(v_B)|)) <= sqrt(V(q1) V(q2)) for C, sqrt(dpsi2 dpsi2) for dC (Cauchy-Schwarz)."""
-    from symfield.numeric.quadrature import GUARD, controlled
     q1, q2, q12 = (mpmath.mpf(v) for v in (q1, q2, q12))
     s1, s2 = mpmath.sqrt(q1), mpmath.sqrt(q2)
     with mpmath.workprec(2 * mpmath.mp.prec + 20):
@@ -1091,20 +1132,8 @@ def argmax_expect2_mp(f, g, phi, dphi, q1, q2, q12, k, lv, N, argmax_only=False)
     cpp, sc2 = c * s1 / s2, s1 * r           # u | v ~ N(c''v, s_c2^2)
     Lm = mpmath.sqrt(2 * (N + 6) * mpmath.log(10)) + 1
     m1, m2 = LevelsMP(lv, phi, dphi, Lm * s1), LevelsMP(lv, phi, dphi, Lm * s2)
-
-    def exact(x):                            # a singular point to working precision (root of phi = critical value)
-        x = mpmath.mpf(x)
-        y = _nearest_crit(m1, phi, lv, float(x))
-        if y is None:
-            return x
-        try:
-            return mpmath.findroot(lambda t: phi(t) - y, x, tol=mpmath.mpf(10) ** (-2 * mpmath.mp.dps))
-        except (ValueError, ZeroDivisionError):
-            return x
-    plain = [mpmath.mpf(x) for x in lv.plain] + [x for x in m1.ends[1:-1]]
-    sing = [exact(x) for x in lv.sing]
+    plain, sing = _special_points_mp(phi, lv, m1)
     tol = mpmath.mpf(10) ** -(N + GUARD)
-
 
     def level(P, d, want_abs):
         L, gw, h = P[:3]
@@ -1135,23 +1164,9 @@ def argmax_expect2_mp(f, g, phi, dphi, q1, q2, q12, k, lv, N, argmax_only=False)
             mu = cp * u
             zs, wz = _panel_rule(_breakset(L, min(gw, h / sc), [(x - mu) / sc for x in plain + sing], tol),
                                  set((x - mu) / sc for x in sing), d)
-            acc = []
-            for z, wzi in zip(zs, wz):
-                v = mu + sc * z
-                gv = g(v)
-                if gv == 0:
-                    continue
-                Hv = H(Ba, std(m2.bounds(phi(v), v), s2))
-                t1 = k * wzi * gv * (Hv ** (k - 1) if k > 1 else 1)
-                acc.append(t1)
+            acc = _first_term(g, phi, m2, k, mu, sc, s2, zs, wz, lambda B: H(Ba, B), std)
             if not argmax_only:
-                for wg, v, Bv, Bvs in rowT:
-                    P1 = mpmath.fsum(sg * mpmath.ncdf((x - mu) / sc) for x, sg in Bv)
-                    P2 = mpmath.fsum(sg * mpmath.ncdf((x - cpp * v) / sc2) for x, sg in Bu)
-                    t2 = k * (k - 1) * wg * P1 * P2
-                    if k > 2:
-                        t2 *= H(Ba, Bvs) ** (k - 2)
-                    acc.append(t2)
+                acc += _second_term(k, mu, sc, cpp, sc2, Bu, rowT, lambda B: H(Ba, B))
             row = mpmath.fsum(acc)
             tot.append(w * fu * row)
             if want_abs:

@@ -1,6 +1,6 @@
 """A quadrature rule of the max-pool pair law for ONE correlation c, reusable for every (q1, q2).
 
-(S, T) = (max_j u_j/sqrt(q1), max_j v_j/sqrt(q2)) has CDF F(s, t; c)^k and density (MATH.md section 4)
+(S, T) = (max_j u_j/sqrt(q1), max_j v_j/sqrt(q2)) has CDF F(s, t; c)^k and density (docs/theory.md section 4)
     h_k = k F^(k-1) rho_c + k(k-1) F^(k-2) F_s F_t,   F_s F_t = n(s) n(t) N((t - c s)/r) N((s - c t)/r),
 r = sqrt(1 - c^2). The law depends on c only, so one rule {(s_i, t_i, w_i)} gives
     C(q1, q2, c) = E[f(sqrt(q1) S) g(sqrt(q2) T)] ~ sum_i w_i f(sqrt(q1) s_i) g(sqrt(q2) t_i)
@@ -16,7 +16,7 @@ around t = 0 (mapped to z resp. w per row) down to 1/(4 sqrt(qmax)) in t and min
 in s (E[g | s] turns on that scale), so phi(sqrt(q) x) with poles at distance >= pi/(2 sqrt(q)) from
 the real axis (tanh; sigmoid, softplus, erf are milder) and kinks at x = 0 (relu) are resolved;
 10-point Gauss-Legendre per panel; F by Owen's T (quadrature.bvn_cdf). c = 1: the law of M_k on
-the diagonal; c = -1: (max, -min) of k normals. Measured error: tests/test_pool_fast.py.
+the diagonal; c = -1: (max, -min) of k normals. Measured error: tests/test_pool_monotone.py.
 """
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ import math
 
 import numpy as np
 from scipy.special import ndtr
+
+from symfield.numeric.quadrature import bvn_cdf
 
 L = 9.0
 _T, _W = np.polynomial.legendre.leggauss(10)
@@ -74,7 +76,6 @@ class Rule:
     """Nodes (s, t) and weights w (flat arrays) of h_k for correlation c, resolving q <= qmax."""
 
     def __init__(self, c, k, qmax, sub=1, n=10):
-        from symfield.numeric.quadrature import bvn_cdf
         c, qmax = float(c), max(float(qmax), 1e-300)
         self.c, self.k, self.qmax = c, k, qmax
         et = 0.25 / math.sqrt(qmax)                 # t-scale of phi(sqrt(q) t) near t = 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import mpmath
+import sympy as sp
 
 from symfield.numeric import levelsets as LS
 from symfield.numeric.quadrature import GUARD, elementwise, max_expect1, max_expect2
@@ -21,7 +22,6 @@ from symfield.symbolic.integrals import Integrand, Kind
 # k H^(k-1) rho + k(k-1) H^(k-2) P1 P2 n n.  Integrands: Kind.LEVEL1 (f, phi), Kind.LEVEL2 (f, g, phi, argmax_only).
 def _flat_values(phi, kinks):
     """Values of phi on the intervals (between kinks) where phi' vanishes identically (mpmath, 30 digits)."""
-    import sympy as sp
     kk = sorted(float(k) for k in kinks)
     if not kk:
         return []
@@ -37,10 +37,9 @@ def _flat_values(phi, kinks):
     return out
 
 
-def _levels_pool(spec: Integrand, kinks, dps, vectorise, numpy_modules):
-    """Numeric callable for the level-set (non-monotone max-pool) integrals."""
-    import sympy as sp
-    k, phi = spec.k, spec.phi
+def _shifted(phi, kinks):
+    """(y0, phi - y0, flats): phi's value y0 on its flat pieces (0 if none; max_j phi = y0 + max_j (phi - y0),
+    and phi - y0 vanishes on the flats)."""
     flats = _flat_values(phi, kinks)
     y0 = 0.0
     if flats:
@@ -50,75 +49,43 @@ def _levels_pool(spec: Integrand, kinks, dps, vectorise, numpy_modules):
                                       f"({', '.join(f'{v:g}' for v in vals)}) on intervals is not supported: ties "
                                       f"between nodes have positive probability there.")
         y0 = vals[0]
-    pt = phi - sp.nsimplify(y0) if y0 else phi   # max_j phi = y0 + max_j (phi - y0); phi - y0 vanishes on the flats
+    return y0, (phi - sp.nsimplify(y0) if y0 else phi), flats
+
+
+def _lower(f, phi, y0, flats):
+    """f as a polynomial in phi (coefficients c0, c1, c2, ... of (phi - y0)^m) when it does not vanish on the
+    flats, else None."""
+    if not y0:
+        return None
+    Y = sp.Symbol("Y")
+    g = sp.expand(sp.sympify(f).subs(phi, Y + sp.nsimplify(y0)))
+    if g.has(x) or not g.is_polynomial(Y):
+        if any(abs(float(sp.sympify(f).subs(x, (a + b) / 2))) > 0 for a, b, _ in flats):
+            raise NotImplementedError("max-pool of an activation with a flat piece: this integrand does not "
+                                      "vanish on the flat piece (ties between nodes).")
+        return None
+    return [float(c) for c in reversed(sp.Poly(g, Y).all_coeffs())]
+
+
+def _levels_pool(spec: Integrand, kinks, dps, vectorise, numpy_modules):
+    """Numeric callable for the level-set (non-monotone max-pool) integrals."""
+    k, phi = spec.k, spec.phi
+    y0, pt, flats = _shifted(phi, kinks)
     key = sp.srepr(pt)
     ph, dph = vectorise(pt, numpy_modules), vectorise(sp.diff(pt, x), numpy_modules)
 
     def lv(s):
         return LS.levels(key, ph, dph, kinks, s)
 
-    def lower(f):
-        """f as a polynomial in phi (c0 + c1 (phi - y0) + c2 (phi - y0)^2) when it does not vanish on the flats."""
-        if not y0:
-            return None
-        Y = sp.Symbol("Y")
-        g = sp.expand(sp.sympify(f).subs(phi, Y + sp.nsimplify(y0)))
-        if g.has(x) or not g.is_polynomial(Y):
-            if any(abs(float(sp.sympify(f).subs(x, (a + b) / 2))) > 0 for a, b, _ in flats):
-                raise NotImplementedError("max-pool of an activation with a flat piece: this integrand does not "
-                                          "vanish on the flat piece (ties between nodes).")
-            return None
-        return [float(c) for c in reversed(sp.Poly(g, Y).all_coeffs())]
-
     if spec.kind is Kind.LEVEL1:
-        f = spec.f
-        coef = lower(f)
-        if dps is not None:
-            fm, pm, dm = (vectorise(e, "mpmath") for e in (f, pt, sp.diff(pt, x)))
-            if coef is not None:
-                raise NotImplementedError("dps= is not available for max-pool of an activation with a flat piece at a "
-                                          "nonzero value.")
-
-            def run_mp(qv):
-                with mpmath.workdps(dps + GUARD):
-                    return LS.argmax_expect1_mp(fm, pm, dm, qv, k, lv(math.sqrt(float(qv))), dps)
-            return run_mp
-        fs = [vectorise(pt**m, numpy_modules) for m in range(len(coef))] if coef else [vectorise(f, numpy_modules)]
-
-        def one(qv):
-            L = lv(math.sqrt(qv))
-            if coef is None:
-                return LS.argmax_expect1(fs[0], qv, k, L)
-            return coef[0] + sum(c * LS.argmax_expect1(fs[m], qv, k, L) for m, c in enumerate(coef) if m and c)
-        return lambda qv: elementwise(one, (qv,), None)
-    f, g, argmax_only = spec.f, spec.g, spec.argmax_only
-    cf, cg = lower(f), lower(g)
+        return _level1(spec.f, pt, k, lv, _lower(spec.f, phi, y0, flats), dps, vectorise, numpy_modules)
+    cf, cg = _lower(spec.f, phi, y0, flats), _lower(spec.g, phi, y0, flats)
     if dps is not None:
         if cf is not None or cg is not None:
             raise NotImplementedError("dps= is not available for the max-pool covariance of an activation with a flat "
                                       "piece at a nonzero value.")
-        fm, gm, pm, dm = (vectorise(e, "mpmath") for e in (f, g, pt, sp.diff(pt, x)))
-
-        def run2_mp(a, b, c):
-            with mpmath.workdps(dps + GUARD):
-                a, b, c = (mpmath.mpf(v) for v in (a, b, c))
-                L = lv(math.sqrt(float(max(a, b))))
-                with mpmath.workprec(2 * mpmath.mp.prec + 20):
-                    det = a * b - c * c
-                if c == 0:              # independent argmax nodes; A = B with probability 1/k
-                    e1 = []
-                    for h, qv in ((fm, a), (gm, b)):   # error <= 10^-dps sqrt(E h(u_A)^2) per factor (natural scale)
-                        Lq = lv(math.sqrt(float(qv)))
-                        sc = mpmath.sqrt(LS.argmax_expect1_mp(lambda t: h(t) ** 2, pm, dm, qv, k, Lq, dps))
-                        e1.append(LS.argmax_expect1_mp(h, pm, dm, qv, k, Lq, dps, scale=sc))
-                    return e1[0] * e1[1] / k if argmax_only else e1[0] * e1[1]
-                if det <= 0 and c > 0 and a == b:   # v = u: A = B
-                    return LS.argmax_expect1_mp(lambda t: fm(t) * gm(t), pm, dm, a, k, L, dps)
-                if det <= 0:
-                    raise NotImplementedError("dps= for the max-pool covariance maps of a non-monotone activation "
-                                              "at |c| = 1 is available only for c = 1, q1 = q2.")
-                return LS.argmax_expect2_mp(fm, gm, pm, dm, a, b, c, k, L, dps, argmax_only)
-        return run2_mp
+        return _level2_mp(spec, pt, k, lv, dps, vectorise)
+    f, g = spec.f, spec.g
     if cf is not None or cg is not None:
         if not (cf == [y0, 1.0] and cg == [y0, 1.0]):
             raise NotImplementedError("max-pool of an activation with a flat piece: covariance integrand not supported.")
@@ -127,11 +94,61 @@ def _levels_pool(spec: Integrand, kinks, dps, vectorise, numpy_modules):
 
     def two(a, b, c):
         L = lv(math.sqrt(max(a, b)))
-        val = LS.argmax_expect2(fv, gv, a, b, c, k, L, argmax_only)
+        val = LS.argmax_expect2(fv, gv, a, b, c, k, L, spec.argmax_only)
         if cf is not None:
             val += y0 * (LS.argmax_expect1(fv, a, k, L) + LS.argmax_expect1(fv, b, k, L)) + y0 * y0
         return val
     return lambda a, b, c: elementwise(two, (a, b, c), None)
+
+
+def _level1(f, pt, k, lv, coef, dps, vectorise, numpy_modules):
+    """E[f(u_A)] (Kind.LEVEL1) for phi - y0 = pt: f itself, or coef[0] + sum_m coef[m] E[pt(u_A)^m]."""
+    if dps is not None:
+        fm, pm, dm = (vectorise(e, "mpmath") for e in (f, pt, sp.diff(pt, x)))
+        if coef is not None:
+            raise NotImplementedError("dps= is not available for max-pool of an activation with a flat piece at a "
+                                      "nonzero value.")
+
+        def run_mp(qv):
+            with mpmath.workdps(dps + GUARD):
+                return LS.argmax_expect1_mp(fm, pm, dm, qv, k, lv(math.sqrt(float(qv))), dps)
+        return run_mp
+    fs = [vectorise(pt**m, numpy_modules) for m in range(len(coef))] if coef else [vectorise(f, numpy_modules)]
+
+    def one(qv):
+        L = lv(math.sqrt(qv))
+        if coef is None:
+            return LS.argmax_expect1(fs[0], qv, k, L)
+        return coef[0] + sum(c * LS.argmax_expect1(fs[m], qv, k, L) for m, c in enumerate(coef) if m and c)
+    return lambda qv: elementwise(one, (qv,), None)
+
+
+def _level2_mp(spec, pt, k, lv, dps, vectorise):
+    """E[f(u_A) g(v_B)] (Kind.LEVEL2) at dps digits: c = 0 factorises (A = B with probability 1/k),
+    c = 1 with q1 = q2 is the 1-D law, else levelsets.argmax_expect2_mp."""
+    argmax_only = spec.argmax_only
+    fm, gm, pm, dm = (vectorise(e, "mpmath") for e in (spec.f, spec.g, pt, sp.diff(pt, x)))
+
+    def run2_mp(a, b, c):
+        with mpmath.workdps(dps + GUARD):
+            a, b, c = (mpmath.mpf(v) for v in (a, b, c))
+            L = lv(math.sqrt(float(max(a, b))))
+            with mpmath.workprec(2 * mpmath.mp.prec + 20):
+                det = a * b - c * c
+            if c == 0:              # independent argmax nodes; A = B with probability 1/k
+                e1 = []
+                for h, qv in ((fm, a), (gm, b)):   # error <= 10^-dps sqrt(E h(u_A)^2) per factor (natural scale)
+                    Lq = lv(math.sqrt(float(qv)))
+                    sc = mpmath.sqrt(LS.argmax_expect1_mp(lambda t: h(t) ** 2, pm, dm, qv, k, Lq, dps))
+                    e1.append(LS.argmax_expect1_mp(h, pm, dm, qv, k, Lq, dps, scale=sc))
+                return e1[0] * e1[1] / k if argmax_only else e1[0] * e1[1]
+            if det <= 0 and c > 0 and a == b:   # v = u: A = B
+                return LS.argmax_expect1_mp(lambda t: fm(t) * gm(t), pm, dm, a, k, L, dps)
+            if det <= 0:
+                raise NotImplementedError("dps= for the max-pool covariance maps of a non-monotone activation "
+                                          "at |c| = 1 is available only for c = 1, q1 = q2.")
+            return LS.argmax_expect2_mp(fm, gm, pm, dm, a, b, c, k, L, dps, argmax_only)
+    return run2_mp
 
 
 def pool_impl(spec: Integrand, kinks, dps, vectorise, numpy_modules):

@@ -29,7 +29,7 @@ differences of the last value to the others, as in mpmath.quad); accepted if <= 
 S = max(|value|, min(1, E|integrand|)) (relative; absolute near 0); else p is halved (twice at
 most), then ArithmeticError.  tanh 2-D at q = 1: ~0.7 s (N=15), ~3 s (N=30); q = 1e3: ~40 s (N=15).
 
-Max-pool (order statistics, MATH.md section 4): max_expect1 (1-D) and max_expect2 (the h_k covariance
+Max-pool (order statistics, docs/theory.md section 4): max_expect1 (1-D) and max_expect2 (the h_k covariance
 integral, C and dC) in float64 and at dps=N with the same plan and three-degree control; the mpmath
 h_k rule (_max2_mp) gets F(s, t; c) along each inner row as a running integral on the row's own
 Gauss-Legendre nodes, in fixed-point integers.  Measured (dps=20, one core, shared machine): relu or
@@ -45,6 +45,8 @@ from operator import mul as _mul
 
 import mpmath
 import numpy as np
+from mpmath.libmp import to_fixed
+from mpmath.libmp.libelefun import exp_fixed, ln2_fixed
 
 __all__ = ["expect1", "expect2", "expect1_vec", "expect2_vec", "expect1_many"]
 
@@ -362,7 +364,7 @@ def max_expect2(f, g, q1, q2, q12, k, *, kinks=(), argmax_only=False, dps=None):
     with unit panels on [-9, 9]; inner panels per row: unit grid on [-9, 9], up to 40 more panels
     above 9 where the second term lives, g's kinks, g's activation grid (spacing 1) when s_c > 1;
     8-point Gauss-Legendre per panel; F by Owen's T (bvn_cdf).  Measured: <= 1e-15 relative change
-    vs 12 points, 1e-12 vs the exact linear max2 map (tests/test_pool.py).  c = 0: product of
+    vs 12 points, 1e-12 vs the exact linear max2 map (tests/test_pool_monotone.py).  c = 0: product of
     1-D maps; c = 1: the 1-D law; c = -1: the (min, max) law."""
     if dps is not None:
         return _max_expect2_mp(f, g, q1, q2, q12, k, kinks, argmax_only, dps)
@@ -381,12 +383,19 @@ def max_expect2(f, g, q1, q2, q12, k, *, kinks=(), argmax_only=False, dps=None):
         a, b = max_expect1(f, q1, k, kinks=kinks), max_expect1(g, q2, k, kinks=kinks)
         return a * b / k if argmax_only else a * b
     cp, sc = q12 / q1, s2 * r
-    L, h = _MAXL, _PM[2]
     zo = np.asarray(_zbreaks(0.0, s1, _PM, _outer_points(s1, cp, sc, _PM, kinks), 1e-12))
     hwo = 0.5 * np.diff(zo)[:, None]
     z = (zo[:-1, None] + hwo * (1 + _TM)).ravel()
     w = (hwo * _WM).ravel() * np.exp(-0.5 * z * z)
     u = s1 * z
+    zb = _max2_inner_breaks(z, u, c, r, cp, sc, s2, kinks, argmax_only)
+    return float(np.sum(w * _ev(f, u) * _max2_rows_f64(g, z, u, zb, c, r, cp, sc, k, argmax_only)))
+
+
+def _max2_inner_breaks(z, u, c, r, cp, sc, s2, kinks, argmax_only):
+    """Per outer node z (u = s1 z), the sorted inner z-breakpoints of max_expect2: unit grid on [-L, L],
+    up to 40 panels above L (second term), g's kinks and activation grid (spacing h) when s_c > h."""
+    L, h = _MAXL, _PM[2]
     lo, hi = np.full(z.shape, -L), np.full(z.shape, L)
     if not argmax_only:  # upper end of the second term's support: n(t), N(r s - c z) not negligible
         hi = np.maximum(hi, np.minimum((L - c * z) / r, (r * z + L) / c if c > 0 else np.inf))
@@ -401,7 +410,12 @@ def max_expect2(f, g, q1, q2, q12, k, *, kinks=(), argmax_only=False, dps=None):
         k0 = np.ceil(vlo / h)
         K = int(max(0.0, (np.floor(vhi / h) - k0).max() + 1))
         cols.append(((k0[:, None] + np.arange(K)[None, :]) * h - cp * u[:, None]) / sc)
-    zb = np.sort(np.clip(np.concatenate(cols, axis=1), lo[:, None], hi[:, None]), axis=1)
+    return np.sort(np.clip(np.concatenate(cols, axis=1), lo[:, None], hi[:, None]), axis=1)
+
+
+def _max2_rows_f64(g, z, u, zb, c, r, cp, sc, k, argmax_only):
+    """G(s) = int [k F^(k-1) n(z) + k(k-1) F^(k-2) r n(t) N(z) N(r s - c z)] g(c' u + s_c z) dz per outer
+    node s = z (F = F(s, t; c), t = c s + r z), 8-point Gauss-Legendre on the panels zb (rows in chunks)."""
     from scipy.special import ndtr
     T, W = _TM, _WM
     G = np.empty(z.size)
@@ -417,7 +431,7 @@ def max_expect2(f, g, q1, q2, q12, k, *, kinks=(), argmax_only=False, dps=None):
         if not argmax_only:
             wt = wt + k * (k - 1) * F ** (k - 2) * r * np.exp(-0.5 * tt * tt) * ndtr(zz) * ndtr(r * ss - c * zz)
         G[sl] = np.einsum("ijk,ijk->i", hw * W * wt, _ev(g, cp * u[sl, None, None] + sc * zz))
-    return float(np.sum(w * _ev(f, u) * G))
+    return G
 
 
 def _minmax_f64(f, g, s1, s2, k, kinks, argmax_only):
@@ -459,7 +473,7 @@ def _gl_running(d, bits):
             P.append(row)
         A = [[w[i] * ((1 + t[j]) / 2 + mpmath.fsum(P[i][m] * (P[j][m + 1] - P[j][m - 1]) for m in range(1, n)) / 2)
               for i in range(n)] for j in range(n)]
-        fx = lambda v: mpmath.libmp.to_fixed(mpmath.mpf(v)._mpf_, bits)
+        fx = lambda v: to_fixed(mpmath.mpf(v)._mpf_, bits)
         return (tuple(t), tuple(w), tuple(fx(v) for v in w), tuple(tuple(fx(v) for v in row) for row in A),
                 tuple(tuple(fx(w[i] - A[j][i]) for i in range(n)) for j in range(n)))
 
@@ -485,6 +499,115 @@ def _grid_points(mu, sc, lo, hi, h, gw, kinks):
     return pts
 
 
+class _Fixed:
+    """Fixed-point numbers with ``bits`` fractional bits (the running integrals of _max2_mp)."""
+
+    def __init__(self, bits):
+        self.bits, self.one = bits, 1 << bits
+        self.ln2 = ln2_fixed(bits)
+        self.cut = -bits * self.ln2 - (8 << bits)   # exp below this is < 2^-bits
+
+    def fx(self, v):
+        return to_fixed(mpmath.mpf(v)._mpf_, self.bits)
+
+    def npdf(self, x, scale):
+        """scale * exp(-x^2/2), all fixed point."""
+        e = -((x * x) >> (self.bits + 1))
+        return (scale * exp_fixed(e, self.bits, self.ln2)) >> self.bits if e > self.cut else 0
+
+    def integral(self, hw, row, dens):
+        """hw * sum_i row_i dens_i: a (running) integral of dens over a panel of half-width hw."""
+        return (hw * (sum(map(_mul, row, dens)) >> self.bits)) >> self.bits
+
+
+class _Max2Rows:
+    """The inner integrals of _max2_mp: geometry of (q1, q2, q12), per-level panels and, along each
+    row s, the running integrals N(w) and F in z (fixed point) giving the weights of g(t)."""
+
+    def __init__(self, q1, q2, q12, k, kinks, N, argmax_only):
+        self.X = X = _Fixed(mpmath.mp.prec + 40)
+        self.s1, self.s2 = mpmath.sqrt(q1), mpmath.sqrt(q2)
+        with mpmath.workprec(2 * mpmath.mp.prec + 20):
+            self.r = mpmath.sqrt((q1 * q2 - q12 * q12) / (q1 * q2))
+        self.c, self.cp, self.sc = q12 / (self.s1 * self.s2), q12 / q1, self.s2 * self.r
+        self.k, self.kinks, self.argmax_only = k, kinks, argmax_only
+        self.tol = mpmath.mpf(10) ** -(N + GUARD)
+        self.c0 = X.fx(1 / mpmath.sqrt(2 * mpmath.pi))
+        self.rI, self.cI = X.fx(self.r), X.fx(self.c)
+        self.rc0, self.ac0 = (self.c0 * self.rI) >> X.bits, (self.c0 * abs(self.cI)) >> X.bits
+        self.down = self.c > 0                  # accumulate from the top (c > 0) or from the bottom
+        self.sgn = -1 if self.down else 1
+
+    def start(self, L, gw, h, d):
+        """A new refinement level: panel plan (L, gw, h), Gauss-Legendre degree d."""
+        self.L, self.gw, self.h = L, gw, h
+        t, _, self.wI, self.A, B = _gl_running(d, self.X.bits)
+        self.M = B if self.down else self.A
+        self.tI = [self.X.fx(x) for x in t]
+        self.gi = min(gw, h / self.sc)
+        self.cache = {}
+
+    def panel(self, a, b):
+        """Nodes, hw, hw * weights, n(z), N(z) (a running integral from N(a)) of the z-panel [a, b]."""
+        key = (a, b)
+        if key not in self.cache:
+            X, bits = self.X, self.X.bits
+            aI, bI = X.fx(a), X.fx(b)
+            hw, mid = (bI - aI) >> 1, (aI + bI) >> 1
+            zs = [mid + ((hw * x) >> bits) for x in self.tI]
+            nz = [X.npdf(z, self.c0) for z in zs]
+            Na = X.fx(mpmath.ncdf(a))
+            Nz = [Na + X.integral(hw, row, nz) for row in self.A]
+            self.cache[key] = zs, hw, [(hw * x) >> bits for x in self.wI], nz, Nz
+        return self.cache[key]
+
+    def breaks(self, u):
+        """Inner z-breakpoints of the row at outer node u, and its upper end hi."""
+        L, gw, h, r, c = self.L, self.gw, self.h, self.r, self.c
+        s, mu = u / self.s1, self.cp * u
+        if self.down:
+            hi = zw = max(L, min((L - c * s) / r, (r * s + L) / c))
+        else:
+            hi = L if self.argmax_only else max(L, (L - c * s) / r)
+            zw = min(hi, max(L, (L - r * s) / -c))
+        gk = [(x - mu) / self.sc for x in self.kinks]
+        zb = _breaks(-L, zw, self.gi, gk, self.tol)
+        if hi > zw:
+            n = int(mpmath.ceil((hi - zw) / max(self.gi, min(gw / r, h / self.sc))))
+            zb = zb[:-1] + _breaks(zw, hi, None, gk + [zw + (hi - zw) * j / n for j in range(1, n)], self.tol)
+        return zb, hi
+
+    def row(self, u):
+        """(weights W_j, fixed-point t_j) of the row at outer node u: sum_j W_j g(s2 t_j) is its inner integral."""
+        X, bits, k = self.X, self.X.bits, self.k
+        s = u / self.s1
+        csI, rsI = X.fx(self.c * s), X.fx(self.r * s)
+        zb, hi = self.breaks(u)
+        pans = list(zip(zb[:-1], zb[1:]))
+        end = hi if self.down else -self.L
+        Nw, F = X.fx(mpmath.ncdf(self.r * s - self.c * end)), (X.fx(mpmath.ncdf(s)) if self.down else 0)
+        Ws, ts = [], []
+        for a, b in (reversed(pans) if self.down else pans):
+            zs, hw, wz, nz, Nz = self.panel(a, b)
+            dens = [X.npdf(rsI - ((self.cI * z) >> bits), self.ac0) for z in zs]
+            Nwj, Nw = [Nw + X.integral(hw, row, dens) for row in self.M], Nw + X.integral(hw, self.wI, dens)
+            tt = [csI + ((self.rI * z) >> bits) for z in zs]
+            p = [X.npdf(x, (self.rc0 * y) >> bits) for x, y in zip(tt, Nwj)]
+            Fj = [F + self.sgn * X.integral(hw, row, p) for row in self.M]
+            F = F + self.sgn * X.integral(hw, self.wI, p)
+            for j in range(len(zs)):
+                Fc = min(max(Fj[j], 0), X.one)
+                Fk2 = Fc ** (k - 2) >> (bits * (k - 3)) if k >= 3 else X.one
+                W = k * ((((Fk2 * Fc) >> bits) * nz[j]) >> bits)
+                if not self.argmax_only:
+                    W += k * (k - 1) * ((((Fk2 * p[j]) >> bits) * Nz[j]) >> bits)
+                W = (W * wz[j]) >> bits
+                if W:
+                    Ws.append(mpmath.mpf((W, -bits)))
+                    ts.append(tt[j])
+        return Ws, ts
+
+
 def _max2_mp(f, g, q1, q2, q12, k, kinks, N, argmax_only):
     """E[f(sqrt(q1) S) g(sqrt(q2) T)] under h_k (argmax_only: its first term), 0 < |c| < 1, N digits.
 
@@ -506,97 +629,23 @@ def _max2_mp(f, g, q1, q2, q12, k, kinks, N, argmax_only):
     Error control: controlled (degrees d-2, d-1, d of _plan(N); halvings; ArithmeticError), whose scale
     S = max(|value|, min(1, E|f g|)) is <= sqrt(V(q1) V(q2)) for C and <= sqrt(dpsi2(q1) dpsi2(q2)) for dC
     (Cauchy-Schwarz, F <= sqrt(N(s) N(t))), so an accepted value is within 10^-N of the natural scale.
+    The rows are :class:`_Max2Rows`.
     (Rejected: F by nested mpmath.quad, minutes; Sheppard's theta-integral for F, ~N exponentials per node.)"""
-    from mpmath.libmp import to_fixed
-    from mpmath.libmp.libelefun import exp_fixed, ln2_fixed
-    bits = mpmath.mp.prec + 40
-    one = 1 << bits
-
-    def fx(v):
-        return to_fixed(mpmath.mpf(v)._mpf_, bits)
-
-    s1, s2 = mpmath.sqrt(q1), mpmath.sqrt(q2)
-    with mpmath.workprec(2 * mpmath.mp.prec + 20):
-        r = mpmath.sqrt((q1 * q2 - q12 * q12) / (q1 * q2))
-    c, cp, sc = q12 / (s1 * s2), q12 / q1, s2 * r
-    tol = mpmath.mpf(10) ** -(N + GUARD)
-    ln2 = ln2_fixed(bits)
-    cut = -bits * ln2 - (8 << bits)             # exp below this is < 2^-bits
-    c0 = fx(1 / mpmath.sqrt(2 * mpmath.pi))
-    rI, cI = fx(r), fx(c)
-    rc0, ac0 = (c0 * rI) >> bits, (c0 * abs(cI)) >> bits
-    down = c > 0                                # accumulate from the top (c > 0) or from the bottom
-    sgn = -1 if down else 1
-
-    def npdf(x, scale):  # scale * exp(-x^2/2) / 2^bits, fixed point
-        e = -((x * x) >> (bits + 1))
-        return (scale * exp_fixed(e, bits, ln2)) >> bits if e > cut else 0
+    R = _Max2Rows(q1, q2, q12, k, kinks, N, argmax_only)
 
     def level(P, d, want_abs):
         L, gw, h = P[:3]
-        t, _, wI, A, B = _gl_running(d, bits)
-        M = B if down else A
-        tI = [fx(x) for x in t]
-        gi = min(gw, h / sc)
-        go = min(gw, h / s1, max(h, gw * sc) / abs(c * s2))
-        pts = _outer_points(s1, cp, sc, (L, gw, mpmath.inf), kinks)   # f's kinks, g's smoothed kinks
-        us, wo = _rule_mp(_zbreaks(0 * s1, s1, (L, go), pts, tol), d, s1, {})
-        cache = {}
-
-        def panel(a, b):  # nodes, hw, hw * weights, n(z), N(z) (a running integral from N(a))
-            key = (a, b)
-            if key not in cache:
-                aI, bI = fx(a), fx(b)
-                hw, mid = (bI - aI) >> 1, (aI + bI) >> 1
-                zs = [mid + ((hw * x) >> bits) for x in tI]
-                nz = [npdf(z, c0) for z in zs]
-                Na = fx(mpmath.ncdf(a))
-                Nz = [Na + ((hw * (sum(map(_mul, row, nz)) >> bits)) >> bits) for row in A]
-                cache[key] = zs, hw, [(hw * x) >> bits for x in wI], nz, Nz
-            return cache[key]
-
+        R.start(L, gw, h, d)
+        go = min(gw, h / R.s1, max(h, gw * R.sc) / abs(R.c * R.s2))
+        pts = _outer_points(R.s1, R.cp, R.sc, (L, gw, mpmath.inf), kinks)   # f's kinks, g's smoothed kinks
+        us, wo = _rule_mp(_zbreaks(0 * R.s1, R.s1, (L, go), pts, R.tol), d, R.s1, {})
         tot, tabs = [], []
         for u, wu in zip(us, wo):
             fu = f(u)
             if fu == 0:
                 continue
-            s, mu = u / s1, cp * u
-            csI, rsI = fx(c * s), fx(r * s)
-            if down:
-                hi = zw = max(L, min((L - c * s) / r, (r * s + L) / c))
-            else:
-                hi = L if argmax_only else max(L, (L - c * s) / r)
-                zw = min(hi, max(L, (L - r * s) / -c))
-            gk = [(x - mu) / sc for x in kinks]
-            zb = _breaks(-L, zw, gi, gk, tol)
-            if hi > zw:
-                n = int(mpmath.ceil((hi - zw) / max(gi, min(gw / r, h / sc))))
-                zb = zb[:-1] + _breaks(zw, hi, None, gk + [zw + (hi - zw) * j / n for j in range(1, n)], tol)
-            pans = list(zip(zb[:-1], zb[1:]))
-            end = hi if down else -L
-            Nw, F = fx(mpmath.ncdf(r * s - c * end)), (fx(mpmath.ncdf(s)) if down else 0)
-            Ws, ts = [], []
-            for a, b in (reversed(pans) if down else pans):
-                zs, hw, wz, nz, Nz = panel(a, b)
-
-                def run(start, dens, sign):  # start + sign * (running integral of dens): at the nodes, at the far end
-                    at = [start + sign * ((hw * (sum(map(_mul, row, dens)) >> bits)) >> bits) for row in M]
-                    return at, start + sign * ((hw * (sum(map(_mul, wI, dens)) >> bits)) >> bits)
-                Nwj, Nw = run(Nw, [npdf(rsI - ((cI * z) >> bits), ac0) for z in zs], 1)
-                tt = [csI + ((rI * z) >> bits) for z in zs]
-                p = [npdf(x, (rc0 * y) >> bits) for x, y in zip(tt, Nwj)]
-                Fj, F = run(F, p, sgn)
-                for j in range(len(zs)):
-                    Fc = min(max(Fj[j], 0), one)
-                    Fk2 = Fc ** (k - 2) >> (bits * (k - 3)) if k >= 3 else one
-                    W = k * ((((Fk2 * Fc) >> bits) * nz[j]) >> bits)
-                    if not argmax_only:
-                        W += k * (k - 1) * ((((Fk2 * p[j]) >> bits) * Nz[j]) >> bits)
-                    W = (W * wz[j]) >> bits
-                    if W:
-                        Ws.append(mpmath.mpf((W, -bits)))
-                        ts.append(tt[j])
-            gs = [g(s2 * mpmath.mpf((x, -bits))) for x in ts]
+            Ws, ts = R.row(u)
+            gs = [g(R.s2 * mpmath.mpf((x, -R.X.bits))) for x in ts]
             tot.append(wu * fu * mpmath.fdot(Ws, gs))
             if want_abs:
                 tabs.append(abs(wu * fu) * mpmath.fdot(Ws, map(abs, gs)))

@@ -4,7 +4,7 @@ Panels in t = log2 q: [2^p, 2^(p+1)] for p = P_LO..P_HI-1, with N Chebyshev node
 from the accurate float64 evaluator (quadrature, ~1e-14). Certificate: on every panel the
 interpolant is compared with the evaluator at the N-1 second-kind Chebyshev points (where the
 interpolation error peaks); a panel whose error exceeds TOL (relative to max|f| on the panel) is
-split in two, recursively. ``error`` is the largest held-out error; points outside [2^P_LO, 2^P_HI]
+split in two, recursively (:func:`symfield.numeric.chebyshev.refine`). ``error`` is the largest held-out error; points outside [2^P_LO, 2^P_HI]
 are evaluated directly (never extrapolated).
 
 With a ``key`` (a string naming the map exactly, e.g. the srepr of its SymPy expression) the
@@ -19,10 +19,11 @@ import hashlib
 import numpy as np
 
 from symfield.core.files import cache_dir, save_npz
+from symfield.core.version import __version__
+from symfield.numeric import chebyshev as cheb
 
 N, TOL, P_LO, P_HI, MAX_DEPTH = 16, 1e-13, -40, 40, 6     # [2^-40, 2^40] covers fixedpoint's [Q_MIN, Q_MAX]
-_X = np.cos(np.pi * (np.arange(N) + 0.5) / N)[::-1]           # first-kind nodes on [-1, 1]
-_H = np.cos(np.pi * np.arange(1, N) / N)[::-1]                 # held-out second-kind points
+FIT = "dct2"    # coefficients by symfield.numeric.chebyshev (part of the cache key)
 
 
 class Table1D:
@@ -33,12 +34,12 @@ class Table1D:
         path = _path(key) if key is not None else None
         if path is not None and self._load(path):
             return
-        edges, coefs, self.error = [], [], 0.0
-        for p in range(P_LO, P_HI):
-            self._panel(float(p), float(p + 1), 0, edges, coefs)
-        self.lo = np.array([e[0] for e in edges])
-        self.hi = np.array([e[1] for e in edges])
-        self.coef = np.array(coefs)
+        f = lambda t: self.f(2.0 ** t)
+        panels = [pn for p in range(P_LO, P_HI) for pn in cheb.refine(f, float(p), float(p + 1), N, TOL, MAX_DEPTH)]
+        self.lo = np.array([pn[0] for pn in panels])
+        self.hi = np.array([pn[1] for pn in panels])
+        self.coef = np.array([pn[2] for pn in panels])
+        self.error = max(pn[3] for pn in panels)
         if path is not None:
             self._save(path)
 
@@ -56,21 +57,6 @@ class Table1D:
         except OSError:
             pass            # read-only cache: the table still works in this process
 
-    def _panel(self, a, b, depth, edges, coefs):
-        t = 0.5 * (a + b) + 0.5 * (b - a) * _X
-        c = np.polynomial.chebyshev.chebfit(_X, self.f(2.0 ** t), N - 1)
-        th = 0.5 * (a + b) + 0.5 * (b - a) * _H
-        ref = self.f(2.0 ** th)
-        err = np.max(np.abs(np.polynomial.chebyshev.chebval(_H, c) - ref)) / max(np.max(np.abs(ref)), 1e-300)
-        if err > TOL and depth < MAX_DEPTH:
-            m = 0.5 * (a + b)
-            self._panel(a, m, depth + 1, edges, coefs)
-            self._panel(m, b, depth + 1, edges, coefs)
-            return
-        self.error = max(self.error, err)
-        edges.append((a, b))
-        coefs.append(c)
-
     def __call__(self, q):
         q = np.asarray(q, float)
         out = np.empty(q.shape)
@@ -85,17 +71,10 @@ class Table1D:
             ti = t[inside]
             k = np.searchsorted(self.lo, ti, side="right") - 1
             a, b = self.lo[k], self.hi[k]
-            y = (2 * ti - a - b) / (b - a)
-            c = self.coef[k]                      # Clenshaw over the panel coefficients
-            b1 = np.zeros(ti.shape)
-            b2 = np.zeros(ti.shape)
-            for j in range(N - 1, 0, -1):
-                b1, b2 = 2 * y * b1 - b2 + c[:, j], b1
-            res[inside] = y * b1 - b2 + c[:, 0]
+            res[inside] = cheb.clenshaw(self.coef[k], (2 * ti - a - b) / (b - a))
         return out
 
 
 def _path(key):
-    from symfield.core.version import __version__
-    text = f"table1d N {N} TOL {TOL!r} P {P_LO}:{P_HI} depth {MAX_DEPTH} symfield {__version__}\n{key}"
+    text = f"table1d N {N} TOL {TOL!r} P {P_LO}:{P_HI} depth {MAX_DEPTH} fit {FIT} symfield {__version__}\n{key}"
     return cache_dir() / "tables1d" / f"t1d_{hashlib.sha256(text.encode()).hexdigest()[:24]}.npz"

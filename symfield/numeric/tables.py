@@ -30,14 +30,16 @@ Node values (the reference the table is built from and checked against):
 - max-pools of a monotone phi smooth except at x = 0 (tanh, sigmoid, softplus, erf; relu, leaky relu):
   one :class:`symfield.maxrule.Rule` per theta (the h_k law depends on c only), evaluated at all the
   q-nodes of a panel at once (~50-100 ms per theta for 16-33 q); its error (RULE_FLOOR, measured in
-  tests/test_pool_fast.py against the exact linear max2 map and mpmath) is added to C's bound;
+  tests/test_pool_monotone.py against the exact linear max2 map and mpmath) is added to C's bound;
 - everything else (kinked activations, other max-pools): symfield.numeric's quadrature (~20-400 ms per point).
 
-Certification: every cell is also evaluated at held-out points -- the second-kind Chebyshev points
+Fit and certification (nodes, DCT coefficients, tails, held-out points: symfield.numeric.chebyshev):
+every cell is also evaluated at held-out points -- the second-kind Chebyshev points
 cos(pi k/n), k = 0..n (T_n peaks there; ends included) -- against the same node evaluator (full
 tensor grid for the fast evaluator, a diagonal set for the slow one), and MP_CHECKS random points per
-build at q <= MP_QMAX against mpmath (``dps`` quadrature of the defining integral; unavailable for
-max-pool covariances). A panel worse than ACCEPT is refused (TableError; propagate then uses quadrature).
+build at q <= MP_QMAX against mpmath (``dps`` quadrature of the defining integral by
+symfield.numeric.evaluate; unavailable for max-pool covariances). A panel worse than ACCEPT is refused
+(TableError; propagate then uses quadrature).
 The reported bound is 2 x (4 x for diagonal sets) the largest held-out error plus the largest mpmath
 discrepancy (plus QUAD_FLOOR for C when the nodes come from the slow quadrature, which the held-out
 points cannot see); errors are measured like everywhere in symfield: V relative, C against
@@ -48,6 +50,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,11 +58,18 @@ from pathlib import Path
 import numpy as np
 import sympy as sp
 
-from symfield.symbolic.formula import X as x
-from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
 from symfield.core.files import cache_dir, save_npz
-from symfield.symbolic.gaussian import homogeneous
+from symfield.core.version import __version__
+from symfield.numeric import chebyshev as cheb
+from symfield.numeric import codegen
+from symfield.numeric import evaluate as N
+from symfield.numeric import quadrature as QD
+from symfield.numeric.evaluate import evaluate
+from symfield.numeric.maxrule import Rule
+from symfield.symbolic.formula import X as x
+from symfield.symbolic.gaussian import homogeneous, q as Q, q1 as Q1, q2 as Q2, q12 as Q12
 from symfield.symbolic.integrals import Kind, integrals, kinds
+from symfield.symbolic.kernel import Kernel, kernel
 
 TABLE_VERSION = 3
 E0 = -8                 # panel 0 is q in [0, 2^E0] (tanh's V is Gevrey, not analytic, at q = 0)
@@ -74,40 +84,13 @@ MP_QMAX = 2.0           # ... at q <= MP_QMAX (mpmath's 2-D quadrature costs ~2 
 MP_DPS = 15
 QUAD_FLOOR = 1e-12      # error of symfield.quadrature's 2-D rules (max_expect2: measured ~4e-13 against an
 #                         independent argmax decomposition, tests/test_tables.py), added to C's bound
-RULE_FLOOR = 1e-13      # error of symfield.maxrule's rule (measured <= 1e-14, tests/test_pool_fast.py), added to C's bound
+RULE_FLOOR = 1e-13      # error of symfield.maxrule's rule (measured <= 1e-14, tests/test_pool_monotone.py), added to C's bound
 _SLOW = "symfield.numeric quadrature"
 _RULE = "max-pool h_k rule (symfield.maxrule)"
 
 
 class TableError(ArithmeticError):
     """A table could not be built to the required accuracy (the caller falls back to quadrature)."""
-
-
-# ----------------------------------------------------------------------------- Chebyshev helpers
-def cheb_nodes(n):
-    """First-kind Chebyshev points cos(pi (k + 1/2)/n), k = 0..n-1 (descending)."""
-    return np.cos(np.pi * (np.arange(n) + 0.5) / n)
-
-
-def heldout_nodes(n):
-    """Second-kind points cos(pi k/n), k = 0..n: between the nodes and at both ends, where |T_n| = 1
-    (the extrema of the leading interpolation error) and where the Lebesgue function is largest."""
-    return np.cos(np.pi * np.arange(0, n + 1) / n)
-
-
-def cheb_fit(values, axis=-1):
-    """Chebyshev coefficients of the interpolant through first-kind nodes (DCT-II)."""
-    from scipy.fft import dct
-    n = values.shape[axis]
-    a = dct(values, type=2, axis=axis) / n
-    idx = [slice(None)] * a.ndim
-    idx[axis] = 0
-    a[tuple(idx)] *= 0.5
-    return a
-
-
-def _chebval(x, a):
-    return np.polynomial.chebyshev.chebval(x, a)
 
 
 # ----------------------------------------------------------------------------- polar rule
@@ -136,15 +119,11 @@ def _radial_rule(qmax):
 def _angular(f, rho, parity):
     """A[i, m] = (1/2 pi) int f(rho_i cos a) e^(-i m a) da, m = 0..K (DCT-I on K + 1 Chebyshev points,
     K doubled until the last quarter of the coefficients is below 1e-15 of the largest)."""
-    from scipy.fft import dct
     K = 32
     while True:
-        h = K // 2
-        xs = np.cos(np.pi * np.arange(h + 1) / K)
-        xs[h] = 0.0
-        xs = np.concatenate([xs, -xs[h - 1::-1]])     # exactly antisymmetric: x_(K-j) = -x_j
+        xs = cheb.second_kind(K, symmetric=True)     # exactly antisymmetric: x_(K-j) = -x_j
         F = f((rho[:, None] * xs[None, :]).ravel()).reshape(rho.size, K + 1)
-        A = dct(F, type=1, axis=1) / (2 * K)
+        A = cheb.cos_coefficients(F, axis=1)
         top = np.abs(A).max(initial=0.0)
         if np.abs(A[:, 3 * K // 4:]).max(initial=0.0) <= 1e-15 * top or top == 0:
             break
@@ -241,8 +220,6 @@ class Evaluator:
     theta for one q costs about as much as one theta)."""
 
     def __init__(self, K, parity):
-        from symfield.numeric import evaluate as N
-        from symfield.numeric import quadrature as QD
         self.K = K
         if K.act.pool is None or K.act.k == 1:   # E[phi^2] by quadrature (also where V's closed form cancels)
             f2 = N.vectorised(K.act.expr ** 2, N.NUMPY_MODULES)
@@ -425,7 +402,6 @@ class Table:
         """Tabulated g at arrays q, theta (same shape), from node values of C."""
         c = np.cos(th)
         if ev.maxrule is not None:   # one rule per theta, all q at once
-            from symfield.numeric.maxrule import Rule
             f, g, k = ev.maxrule
             C = np.empty(np.shape(q))
             for tv in np.unique(th):
@@ -456,17 +432,29 @@ class Table:
 
     def _build_cells(self, ev, qs, qh, Vh, heldout_full, xh=None):
         """Adaptive theta-cells for q-nodes qs (1 for homogeneous) + held-out errors at qh."""
+        cells, tail_q = self._fit_cells(ev, qs)
+        full = heldout_full or qs.size == 1
+        errC, errR = self._heldout(ev, cells, qs.size, qh, Vh, full, xh)
+        err = {"C": errC, "diag": not full, "tail_q": tail_q}
+        if self.parity == 1:
+            err["C_rel"] = errR
+        return cells, err
+
+    def _fit_cells(self, ev, qs):
+        """theta-cells [(a, b, coef[nt, N_TH])] with tensor coefficients from node values at q-nodes qs,
+        bisected until the theta-tail (last three coefficients) is below the tail tolerance x max|g|;
+        also the largest q-tail (relative), for the record."""
         nt = qs.size
         pending = _initial_cells(qs.max() if self.kind == "general" else 1.0, self.theta_max, self.parity,
                                  graded=ev.fast)
-        tn, th_h = cheb_nodes(N_TH), heldout_nodes(N_TH)
+        tn = cheb.nodes(N_TH)
         cells, scale, tail_q = [], None, 0.0
         # the quadrature's nodes carry ~QUAD_FLOOR noise: a tail at that level is noise, not resolution
         tail = (4 * TAIL if ev.maxrule else TAIL) if ev.fast else QUAD_FLOOR
         while pending:
             if len(cells) + len(pending) > MAX_CELLS:
                 raise TableError(f"{self.name}: theta-cells did not converge (more than {MAX_CELLS} cells)")
-            ths = np.concatenate([0.5 * (a + b) + 0.5 * (b - a) * tn for a, b in pending])
+            ths = np.concatenate([cheb.to_panel(a, b, tn) for a, b in pending])
             G = self._g(ev, np.repeat(qs, ths.size), np.tile(ths, nt)).reshape(nt, -1)
             if not np.all(np.isfinite(G)):
                 raise TableError(f"{self.name}: non-finite node values")
@@ -475,9 +463,9 @@ class Table:
             nxt = []
             for j, (a, b) in enumerate(pending):
                 vals = G[:, j * N_TH:(j + 1) * N_TH]
-                coef = cheb_fit(cheb_fit(vals, axis=1), axis=0) if nt > 1 else cheb_fit(vals, axis=1)
-                tail_th = np.abs(coef[..., -3:]).max()
-                tail_t = np.abs(coef[-3:, :]).max() if nt > 1 else 0.0
+                coef = cheb.coefficients2d(vals)
+                tail_th = cheb.tail(coef, axis=1)
+                tail_t = cheb.tail(coef, axis=0) if nt > 1 else 0.0
                 tail_q = max(tail_q, tail_t / scale)
                 if tail_th > tail * scale and b - a > 1e-6:
                     nxt += [(a, 0.5 * (a + b)), (0.5 * (a + b), b)]
@@ -485,48 +473,50 @@ class Table:
                     cells.append((a, b, coef.reshape(nt, N_TH)))
             pending = nxt
         cells.sort(key=lambda c: c[0])
-        # held-out: second-kind points in theta (and q), against fresh node values
+        return cells, tail_q
+
+    def _heldout(self, ev, cells, nt, qh, Vh, full, xh):
+        """(C error, C_rel error) at held-out points: second-kind points in theta (and q: all pairs when
+        ``full``, else a diagonal set), against fresh node values; C against its Cauchy-Schwarz scale."""
+        th_h = cheb.second_kind(N_TH)
         errC, errR = 0.0, 0.0
         Vref = Vh if self.kind == "general" else np.array([self.V1])
         for a, b, coef in cells:
             yh = th_h
-            ths = 0.5 * (a + b) + 0.5 * (b - a) * yh
-            if heldout_full or nt == 1:
+            ths = cheb.to_panel(a, b, yh)
+            if full:
                 XQ, YT = np.meshgrid(np.arange(qh.size), np.arange(ths.size), indexing="ij")
             else:  # diagonal: every held-out q once, every held-out theta once
                 k = max(qh.size, ths.size)
                 XQ, YT = (np.arange(k) % qh.size)[None, :], ((np.arange(k) * 7) % ths.size)[None, :]
-            xq = (heldout_nodes(nt) if xh is None else xh)[XQ] if nt > 1 else np.zeros(XQ.shape)
+            xq = (cheb.second_kind(nt) if xh is None else xh)[XQ] if nt > 1 else np.zeros(XQ.shape)
             qq, tt = qh[XQ], ths[YT]
             ref_g = self._g(ev, qq.ravel(), tt.ravel()).reshape(qq.shape)
-            got_g = _cheb2d(coef, xq, yh[YT])
+            got_g = cheb.chebval2d(coef, xq, yh[YT])
             ref_C = self._C_from_g(qq, tt, ref_g)
             got_C = self._C_from_g(qq, tt, got_g)
             scaleC = Vref[XQ] * (qq ** self.degree if self.kind == "homogeneous" else 1.0)
-            errC = max(errC, float(np.max(np.abs(got_C - ref_C) / scaleC)))
+            errC = max(errC, cheb.max_error(got_C, ref_C, scaleC))
             if self.parity == 1:   # relative error of C = q12 g (where the reference g itself is clean)
                 ok = np.ones(tt.shape, bool) if ev.single is not None else np.cos(tt) >= 1e-3
                 rel = np.abs(got_g - ref_g) / np.maximum(np.abs(ref_g), 1e-300)
                 errR = max(errR, float(np.max(rel[ok], initial=0.0)))
-        err = {"C": errC, "diag": not (heldout_full or nt == 1), "tail_q": tail_q}
-        if self.parity == 1:
-            err["C_rel"] = errR
-        return cells, err
+        return errC, errR
 
     def _vfit(self, q, V):
         """Tabulated v: (V - 0)/q when psi(0) = 0 (relative accuracy as q -> 0), else V itself."""
         return V / q if self.psi0sq == 0 else V
 
     def _build_panel(self, ev, p):
-        xs, xh = cheb_nodes(N_T), heldout_nodes(N_T)
+        xs, xh = cheb.nodes(N_T), cheb.second_kind(N_T)
         if p == 0:
             xh[-1] = -1 + 1e-12          # q ~ 1e-27 rather than q = 0 (relative errors there)
         qs, qh = _panel_q(p, xs), _panel_q(p, xh)
         Vs, Vh = ev.V(qs), ev.V(qh)
-        vcoef = cheb_fit(self._vfit(qs, Vs))
-        got = _chebval(xh, vcoef)
+        vcoef = cheb.coefficients(self._vfit(qs, Vs))
+        got = cheb.chebval(xh, vcoef)
         got = got * qh if self.psi0sq == 0 else got
-        errV = float(np.max(np.abs(got - Vh) / np.abs(Vh)))
+        errV = cheb.max_error(got, Vh, np.abs(Vh))
         cells, err = self._build_cells(ev, qs, qh, Vh, ev.fast, xh)
         err["V"] = errV
         return Panel(vcoef, cells, err)
@@ -571,7 +561,6 @@ class Table:
         n = MP_CHECKS if n is None else n
         if not n or self.K.act.pool == "max":   # max-pool C in mpmath costs minutes: checked in the tests instead
             return
-        from symfield.theory.maps import C as C_mp, V as V_mp
         rng = np.random.default_rng(len(self.info["mp_checks"]) + 17)
         cand = [p for p in built if self.kind == "homogeneous" or _panel_q(p, -1.0) < MP_QMAX]
         for _ in range(n if cand else 0):
@@ -585,8 +574,8 @@ class Table:
             th = float(rng.uniform(0.0, math.pi))
             q12 = q * math.cos(th)
             try:
-                ref = float(C_mp(self.K.act, q, q, q12, dps=MP_DPS))
-                Vq = float(V_mp(self.K.act, q, dps=MP_DPS))
+                ref = float(evaluate(self.K.C, (Q1, Q2, Q12), (q, q, q12), self.K.kinks, MP_DPS))
+                Vq = float(evaluate(self.K.V, (Q,), (q,), self.K.kinks, MP_DPS))
             except NotImplementedError:
                 return   # no dps path (max-pool covariance): held-out checks only
             got = float(self.C(q, q, q12))
@@ -635,14 +624,6 @@ def _accept(T, p, pn):
     return pn
 
 
-def _cheb2d(coef, xq, yt):
-    """sum_ij coef[i, j] T_i(x) T_j(y) at arrays x, y."""
-    nt, nth = coef.shape
-    if nt == 1:
-        return np.polynomial.chebyshev.chebval(yt, coef[0])
-    return np.polynomial.chebyshev.chebval2d(xq, yt, coef)
-
-
 # ----------------------------------------------------------------------------- packing + compiled maps
 # Layout of the flat data array M (one float64 array: one cheap argument for the compiled code).
 _H = 16   # header: kind, parity, p_lo, p_hi, E0, degree, scaled, V1, psi0^2, 2^E0, 2^(E0/2),
@@ -682,31 +663,7 @@ def _pack(T):
                            np.asarray(edges, dtype=float)] + cco)
 
 
-def _tree(terms):
-    """A balanced sum of expression strings (short dependency chains)."""
-    while len(terms) > 1:
-        terms = [f"({terms[i]} + {terms[i + 1]})" if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
-    return terms[0]
-
-
-def _cheb_source(n):
-    """Unrolled Chebyshev sums of fixed degree n - 1: T_k by the three-term recurrence, then
-    independent products summed as balanced trees (the CPU overlaps them; Clenshaw is one serial chain)."""
-    def tvals(v):
-        out = [f"    {v}0 = 1.0", f"    {v}1 = {v}", f"    {v}2_ = 2.0 * {v}"]
-        out += [f"    {v}{k} = {v}2_ * {v}{k - 1} - {v}{k - 2}" for k in range(2, n)]
-        return out
-    one = ["@njit(inline=\"always\", **_OPTS)", "def _cheb1(c, o, y):", f'    """sum_(k<{n}) c[o + k] T_k(y)."""']
-    one += tvals("y") + [f"    d = c[o:o + {n}]", "    return " + _tree([f"d[{k}] * y{k}" for k in range(n)])]
-    two = ["@njit(inline=\"always\", **_OPTS)", "def _cheb2(c, o, x, y):", f'    """sum_(i,j<{n}) c[o + {n} i + j] T_i(x) T_j(y)."""']
-    two += tvals("x") + tvals("y") + [f"    d = c[o:o + {n * n}]"]
-    for i in range(n):
-        two.append(f"    r{i} = " + _tree([f"d[{n * i + j}] * y{j}" for j in range(n)]))
-    two.append("    return " + _tree([f"x{i} * r{i}" for i in range(n)]))
-    return "\n".join(one) + "\n\n\n" + "\n".join(two) + "\n"
-
-
-MAPS_SOURCE = _cheb_source(N_T) + """
+MAPS_SOURCE = cheb.compiled_source(N_T) + """
 
 @njit(inline="always", **_OPTS)
 def _panel(M, q):
@@ -824,7 +781,6 @@ def load_module():
     """The compiled table module (one for all activations; the data M is an argument)."""
     global _MODULE
     if _MODULE is None:
-        from symfield.numeric import codegen
         _MODULE = codegen.load_path(codegen.write_source("tables", codegen.table_module_source(MAPS_SOURCE)))
     return _MODULE
 
@@ -841,7 +797,6 @@ def _key(K):
 
 
 def _key_of(K):
-    from symfield.core.version import __version__
     parts = [f"table v{TABLE_VERSION}", f"symfield {__version__}", f"E0 {E0} NT {N_T} NTH {N_TH} TAIL {TAIL!r}",
              K.act.name, sp.srepr(K.act.expr), str(K.act.pool), str(K.act.k), sp.srepr(K.V), sp.srepr(K.C),
              repr(tuple(K.kinks))]
@@ -849,7 +804,6 @@ def _key_of(K):
 
 
 def path_of(K) -> Path:
-    import re
     slug = re.sub(r"[^0-9A-Za-z]+", "_", K.act.name).strip("_")[:40] or "act"
     return cache_dir() / "tables" / f"sf_table_{slug}_{_key(K)}.npz"
 
@@ -871,7 +825,6 @@ def save(T):
         for j, (_, _, coef) in enumerate(pn.cells):
             data[f"c{p}_{j}"] = coef
     data["meta"] = np.array(json.dumps(meta, sort_keys=True))
-    
     save_npz(path, data)
     T.info["path"] = str(path)
 
@@ -899,7 +852,6 @@ _TABLES: dict = {}
 def table(act, q_lo=None, q_hi=None) -> Table:
     """The table of ``act`` (from this process, the disk cache, or built now), covering [q_lo, q_hi]
     when given (general kind). Raises NotImplementedError for activations that are not tabulated."""
-    from symfield.symbolic.kernel import Kernel, kernel
     K = act if isinstance(act, Kernel) else kernel(act)
     key = _key(K)
     T = _TABLES.get(key)
@@ -912,14 +864,6 @@ def table(act, q_lo=None, q_hi=None) -> Table:
 
 
 # ----------------------------------------------------------------------------- scalar evaluation (no numba)
-def _cheb_vec(y, n):
-    """(T_0(y), ..., T_(n-1)(y)) by the three-term recurrence."""
-    t = [1.0, y]
-    for _ in range(2, n):
-        t.append(2.0 * y * t[-1] - t[-2])
-    return np.asarray(t)
-
-
 def C_scalar(M, q1, q2, q12):
     """The compiled C of MAPS_SOURCE for one point, in Python/NumPy (~10 us; no compilation), or None
     outside the table (general kind: unequal norms or q's panel not built)."""
@@ -958,12 +902,12 @@ def C_scalar(M, q1, q2, q12):
     ta, tb = M[OE + 2 * lo], M[OE + 2 * lo + 1]
     y = min(1.0, max(-1.0, (2.0 * th - ta - tb) / (tb - ta)))
     o, blk = int(M[14]), int(M[15])
-    ty = _cheb_vec(y, N_TH)
+    ty = cheb.basis(y, N_TH)
     if hom:
         g = float(M[o + blk * lo:o + blk * (lo + 1)] @ ty)
         n = int(M[5])
         return q12 * sq ** (n - 1) * g if par == 1 else sq ** n * g
-    g = float(_cheb_vec(x, N_T) @ M[o + blk * lo:o + blk * (lo + 1)].reshape(N_T, N_TH) @ ty)
+    g = float(cheb.basis(x, N_T) @ M[o + blk * lo:o + blk * (lo + 1)].reshape(N_T, N_TH) @ ty)
     if M[6] == 0.0:
         return g
     return q12 * g if par == 1 else q1 * g

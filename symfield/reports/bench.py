@@ -80,7 +80,6 @@ def bench(act="tanh", grid=(256, 256), depth=100, sigma_w2=(0.1, 4.0), sigma_b2=
     quadrature path (table path only; 0 skips). Small values (grid=(16, 16), depth=10, n_check=2, check_dps=15) run in seconds.
     """
     from symfield.symbolic.kernel import kernel
-    from symfield.theory.propagate import propagate
     grid = tuple(check.integer(_F, "grid", g, lo=1) for g in _pair(grid, "grid"))
     gh_grid = tuple(check.integer(_F, "gh_grid", g, lo=1) for g in _pair(gh_grid, "gh_grid"))
     depth = check.integer(_F, "depth", depth, lo=2)
@@ -95,9 +94,32 @@ def bench(act="tanh", grid=(256, 256), depth=100, sigma_w2=(0.1, 4.0), sigma_b2=
     K = kernel(act)
     say = print if verbose else (lambda *a, **k: None)
     sw, sb = _grid(grid, sigma_w2, sigma_b2)
-    cells = grid[0] * grid[1]
 
-    # (1) symfield: first call (code generation/compile, table build) then warm timings
+    r, res = _time_symfield(K, sw, sb, depth, repeat)                  # (1)
+    say(res.report())
+    rng = np.random.default_rng(seed)
+    states = _states(r, sw, sb, rng, max(n_check, 12))
+    _time_gauss_hermite(res, K, r, sw, sb, states, gh_grid, gh_nodes, target)   # (2)
+    say(res.report())
+    if scipy_samples:                                                   # (3)
+        ts, errs = _scipy(K, states[:scipy_samples])
+        res.times["scipy-quad"] = ts
+        res.notes["scipy-quad"] = (f"quad (V) + dblquad (C), epsrel 1e-12, mean of {scipy_samples} cell-layers; "
+                                   f"per-step error {max(errs):.1e}")
+    _time_floors(res, K, r, sw, sb, repeat)                             # (4)
+    say(res.report())
+    if n_traj and r.method.startswith("numba-table"):
+        _check_trajectories(res, K, r, sw, sb, rng, n_traj)
+    if n_check:   # accuracy vs mpmath, one step on symfield's own inputs
+        res.accuracy.update(_mp_check(K, r, sw, sb, states[:n_check], check_dps))
+    say(res.report())
+    return res
+
+
+def _time_symfield(K, sw, sb, depth, repeat):
+    """(1) sf.propagate on the grid: the first call (code generation/compile, table build) timed apart,
+    then the best of ``repeat`` warm calls. Returns (its result, a new BenchResult)."""
+    from symfield.theory.propagate import propagate
     t0 = time.perf_counter()
     r = propagate(K.act, sw, sb, depth, method="table")
     first = time.perf_counter() - t0
@@ -106,49 +128,47 @@ def bench(act="tanh", grid=(256, 256), depth=100, sigma_w2=(0.1, 4.0), sigma_b2=
         t0 = time.perf_counter()
         r = propagate(K.act, sw, sb, depth, method="table")
         best = min(best, time.perf_counter() - t0)
-    res = BenchResult(K.act.name, grid, depth, r.method)
+    cells = sw.size * sb.size
+    res = BenchResult(K.act.name, (sw.size, sb.size), depth, r.method)
     res.setup["first call s (compile, table build/load)"] = round(first, 3)
     if r.error:
         res.setup["table certified per-step bound"] = {k: float(f"{v:.2e}") for k, v in r.error.items()}
     res.times["symfield"] = best / (cells * depth)
     res.notes["symfield"] = f"sf.propagate, best of {repeat}: {best:.3f} s for {cells} cells x {depth} layers"
-    say(res.report())
+    return r, res
 
-    rng = np.random.default_rng(seed)
-    states = _states(r, sw, sb, rng, max(n_check, 12))
 
-    # (2) NumPy Gauss-Hermite at equal accuracy
-    if K.act.pool in (None, "avg") or K.act.k == 1:
-        gh = _gh_choose(K, states, gh_nodes, target)
-        rows = np.linspace(0, grid[0] - 1, gh_grid[0]).round().astype(int)
-        colsb = np.linspace(0, grid[1] - 1, gh_grid[1]).round().astype(int)
-        sws, sbs = sw[rows], sb[:, colsb]
-        t0 = time.perf_counter()
-        ghq, ghqab = _gh_recursion(K, sws, sbs, depth, gh["n"])
-        tgh = time.perf_counter() - t0
-        res.times["numpy-GH"] = tgh / (gh_grid[0] * gh_grid[1] * depth)
-        reached = "reaches" if gh["err"] <= target else "CANNOT reach"
-        res.notes["numpy-GH"] = (f"n = {gh['n']} nodes (2-D: n^2), {reached} {target:.0e}: per-step error "
-                                 f"{gh['err']:.1e} (errors by n: {gh['table']}); {gh_grid[0]}x{gh_grid[1]} sub-grid")
-        sub = r.q[:, rows][:, :, colsb]
-        res.accuracy["numpy-GH vs symfield, whole trajectories (max |dq|/q)"] = float(
-            f"{np.nanmax(np.abs(ghq - sub) / sub):.1e}")
-    else:
+def _time_gauss_hermite(res, K, r, sw, sb, states, gh_grid, gh_nodes, target):
+    """(2) NumPy Gauss-Hermite at equal per-step accuracy, timed on an evenly spaced sub-grid."""
+    if not (K.act.pool in (None, "avg") or K.act.k == 1):
         res.notes["numpy-GH"] = "n/a: pooled psi (2k-dimensional GH)"
-    say(res.report())
+        return
+    depth = res.depth
+    gh = _gh_choose(K, states, gh_nodes, target)
+    rows = np.linspace(0, sw.size - 1, gh_grid[0]).round().astype(int)
+    colsb = np.linspace(0, sb.size - 1, gh_grid[1]).round().astype(int)
+    sws, sbs = sw[rows], sb[:, colsb]
+    t0 = time.perf_counter()
+    ghq, ghqab = _gh_recursion(K, sws, sbs, depth, gh["n"])
+    tgh = time.perf_counter() - t0
+    res.times["numpy-GH"] = tgh / (gh_grid[0] * gh_grid[1] * depth)
+    reached = "reaches" if gh["err"] <= target else "CANNOT reach"
+    res.notes["numpy-GH"] = (f"n = {gh['n']} nodes (2-D: n^2), {reached} {target:.0e}: per-step error "
+                             f"{gh['err']:.1e} (errors by n: {gh['table']}); {gh_grid[0]}x{gh_grid[1]} sub-grid")
+    sub = r.q[:, rows][:, :, colsb]
+    res.accuracy["numpy-GH vs symfield, whole trajectories (max |dq|/q)"] = float(
+        f"{np.nanmax(np.abs(ghq - sub) / sub):.1e}")
 
-    # (3) SciPy adaptive quadrature, a few cell-layers
-    if scipy_samples:
-        ts, errs = _scipy(K, states[:scipy_samples])
-        res.times["scipy-quad"] = ts
-        res.notes["scipy-quad"] = (f"quad (V) + dblquad (C), epsrel 1e-12, mean of {scipy_samples} cell-layers; "
-                                   f"per-step error {max(errs):.1e}")
-    # (4) compute floor for closed forms
+
+def _time_floors(res, K, r, sw, sb, repeat):
+    """(4) The compute floor for closed forms: hand-written Numba loops (best of ``repeat``) and
+    their agreement with symfield on the whole grid."""
+    depth = res.depth
     for key, fname in (("numba-floor", K.act.name), ("numba-asin", K.act.name + "_asin")):
         floor = _floor(fname)
         if floor is None:
             continue
-        W, B = (np.ascontiguousarray(np.broadcast_to(a, (grid[0], grid[1]))).ravel() for a in (sw, sb))
+        W, B = (np.ascontiguousarray(np.broadcast_to(a, (sw.size, sb.size))).ravel() for a in (sw, sb))
         oq, oqab = np.empty((depth, W.size)), np.empty((depth, W.size))
         floor(W[:2], B[:2], depth, oq[:, :2], oqab[:, :2])
         tb = math.inf
@@ -156,32 +176,28 @@ def bench(act="tanh", grid=(256, 256), depth=100, sigma_w2=(0.1, 4.0), sigma_b2=
             t0 = time.perf_counter()
             floor(W, B, depth, oq, oqab)
             tb = min(tb, time.perf_counter() - t0)
-        res.times[key] = tb / (cells * depth)
+        res.times[key] = tb / (W.size * depth)
         dq = float(np.nanmax(np.abs(r.q.reshape(depth, -1) - oq) / np.abs(oq)))
         dqab = float(np.nanmax(np.abs(r.qab.reshape(depth, -1) - oqab) / np.abs(oq)))
         what = "the same (stable) formula" if key == "numba-floor" else "the textbook arcsin formula"
         res.notes[key] = f"hand-written numba loop of {what} (prange over points), best of {repeat}"
         res.accuracy[f"{key} vs symfield (max |dq|/q, |dqab|/q)"] = (float(f"{dq:.1e}"), float(f"{dqab:.1e}"))
-    say(res.report())
 
-    # whole trajectories (all layers) of a few cells against the quadrature path (independent maps)
-    if n_traj and r.method.startswith("numba-table"):
-        cells_t = [(int(i), int(j)) for i, j in zip(rng.integers(0, grid[0], n_traj), rng.integers(0, grid[1], n_traj))]
-        t0 = time.perf_counter()
-        quad = propagate(K.act, np.array([sw[i, 0] for i, _ in cells_t]), np.array([sb[0, j] for _, j in cells_t]),
-                         depth, method="quadrature")
-        got_q = np.stack([r.q[:, i, j] for i, j in cells_t], axis=1)
-        got_qab = np.stack([r.qab[:, i, j] for i, j in cells_t], axis=1)
-        res.accuracy[f"symfield vs quadrature path, {n_traj} whole trajectories (max |dq|/q, |dqab|/q)"] = (
-            float(f"{np.nanmax(np.abs(got_q - quad.q) / quad.q):.1e}"),
-            float(f"{np.nanmax(np.abs(got_qab - quad.qab) / quad.q):.1e}"))
-        res.accuracy["quadrature path seconds"] = round(time.perf_counter() - t0, 1)
 
-    # accuracy vs mpmath, one step on symfield's own inputs
-    if n_check:
-        res.accuracy.update(_mp_check(K, r, sw, sb, states[:n_check], check_dps))
-    say(res.report())
-    return res
+def _check_trajectories(res, K, r, sw, sb, rng, n_traj):
+    """Whole trajectories (all layers) of ``n_traj`` random cells against the quadrature path
+    (maps by symfield.numeric, no table)."""
+    from symfield.theory.propagate import propagate
+    cells_t = [(int(i), int(j)) for i, j in zip(rng.integers(0, sw.size, n_traj), rng.integers(0, sb.size, n_traj))]
+    t0 = time.perf_counter()
+    quad = propagate(K.act, np.array([sw[i, 0] for i, _ in cells_t]), np.array([sb[0, j] for _, j in cells_t]),
+                     res.depth, method="quadrature")
+    got_q = np.stack([r.q[:, i, j] for i, j in cells_t], axis=1)
+    got_qab = np.stack([r.qab[:, i, j] for i, j in cells_t], axis=1)
+    res.accuracy[f"symfield vs quadrature path, {n_traj} whole trajectories (max |dq|/q, |dqab|/q)"] = (
+        float(f"{np.nanmax(np.abs(got_q - quad.q) / quad.q):.1e}"),
+        float(f"{np.nanmax(np.abs(got_qab - quad.qab) / quad.q):.1e}"))
+    res.accuracy["quadrature path seconds"] = round(time.perf_counter() - t0, 1)
 
 
 def _pair(v, name):
@@ -329,7 +345,7 @@ def _floor(name):
 
         @njit(parallel=True, cache=True)
         def erf_loop(sw, sb, depth, oq, oqab):
-            # the stable form symfield derives (MATH.md section 3): atan/atan2, not arcsin near |c| = 1
+            # the stable form symfield derives (docs/theory.md section 3): atan/atan2, not arcsin near |c| = 1
             for i in prange(sw.size):
                 w, b = sw[i], sb[i]
                 q, qab = w + b, b
@@ -377,61 +393,3 @@ def _mp_check(K, r, sw, sb, states, dps):
             "max |dqab|/|qab|": float(f"{eqab:.2e}"), "max |dqab|/q": float(f"{eqab_q:.2e}"),
             "worst point": {k: v for k, v in (worst or {}).items() if k in ("cell", "layer", "q", "qab")},
             "mpmath seconds": round(time.perf_counter() - t0, 1)}
-
-
-# --------------------------------------------------------------------------- command line
-def add_parser(sub):
-    """The ``symfield bench`` sub-command (registered by symfield.cli)."""
-    p = sub.add_parser("bench", help="time propagate against NumPy Gauss-Hermite, SciPy quad and a Numba floor",
-                       epilog="example: symfield bench tanh --grid 256x256 --depth 100   (--quick: seconds)")
-    p.add_argument("activation", nargs="?", default="tanh", help="activation (default tanh)")
-    p.add_argument("--pool", choices=["max", "avg"], help="multi-node activation: pool phi over k nodes")
-    p.add_argument("--k", type=int, default=2, help="nodes per pool (default 2)")
-    p.add_argument("--grid", default="256x256", help="NWxNB points of sigma_w2 x sigma_b2 (default 256x256)")
-    p.add_argument("--sigma-w2", default="0.1:4", help="lo:hi (default 0.1:4)")
-    p.add_argument("--sigma-b2", default="0:0.2", help="lo:hi (default 0:0.2)")
-    p.add_argument("--depth", type=int, default=100)
-    p.add_argument("--repeat", type=int, default=3, help="timing repetitions (best is kept)")
-    p.add_argument("--gh-grid", default="8x8", help="sub-grid for the Gauss-Hermite baseline (default 8x8)")
-    p.add_argument("--scipy-samples", type=int, default=4, help="cell-layers timed with scipy quad/dblquad")
-    p.add_argument("--n-check", type=int, default=20, help="(cell, layer) points checked against mpmath")
-    p.add_argument("--dps", type=int, default=30, help="mpmath digits of the check (default 30)")
-    p.add_argument("--n-traj", type=int, default=4, help="whole trajectories compared with the quadrature path")
-    p.add_argument("--quick", action="store_true", help="small sizes: 32x32 grid, depth 20, 4x4 GH sub-grid, "
-                                                         "2 SciPy samples, 3 mpmath checks at dps 15, 2 trajectories")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-
-
-def _dims(text, name):
-    try:
-        a, b = (int(v) for v in text.lower().split("x"))
-        return a, b
-    except ValueError:
-        raise ValueError(f"The '--{name}' option of bench must look like 256x256. Got {text!r} instead.") from None
-
-
-def _interval(text, name):
-    try:
-        a, b = (float(v) for v in text.split(":"))
-        return a, b
-    except ValueError:
-        raise ValueError(f"The '--{name}' option of bench must look like lo:hi. Got {text!r} instead.") from None
-
-
-def cli(args):
-    import json
-    from symfield.symbolic.activation import activation
-    act = activation(args.activation, pool=args.pool, k=args.k) if args.pool else activation(args.activation)
-    kw = dict(grid=_dims(args.grid, "grid"), depth=args.depth, repeat=args.repeat, gh_grid=_dims(args.gh_grid, "gh-grid"),
-              scipy_samples=args.scipy_samples, n_check=args.n_check, check_dps=args.dps, n_traj=args.n_traj,
-              sigma_w2=_interval(args.sigma_w2, "sigma-w2"), sigma_b2=_interval(args.sigma_b2, "sigma-b2"))
-    if args.quick:
-        kw.update(grid=(32, 32), depth=20, gh_grid=(4, 4), scipy_samples=2, n_check=3, check_dps=15, repeat=2, n_traj=2)
-    res = bench(act, **kw)
-    if args.json:
-        print(json.dumps(dict(act=res.act, grid=res.grid, depth=res.depth, method=res.method, times=res.times,
-                              ratios=res.ratios(), notes=res.notes, accuracy=res.accuracy, setup=res.setup),
-                         indent=2, default=str))
-    else:
-        print(res.report())
-    return 0

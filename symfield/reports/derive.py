@@ -31,6 +31,8 @@ from symfield.symbolic.activation import Activation, activation, is_monotone
 from symfield.symbolic.formula import X as x
 from symfield.symbolic.integrals import GaussianIntegral, Kind
 from symfield.symbolic.kernel import kernel
+from symfield.theory.fixedpoint import eoc
+from symfield.theory.maps import map_value
 
 q, q1, q2, q12 = G.q, G.q1, G.q2, G.q12
 z, z1, z2 = G.z, G.z1, G.z2
@@ -552,8 +554,6 @@ def _at0(expr):
 
 
 def _eoc(K):
-    from symfield.theory.fixedpoint import eoc
-    from symfield.theory.maps import map_value
     out = [r"\section{Fixed points and the edge of chaos}",
            r"The edge of chaos (EOC) is where $\chi_1(q^*) = 1$ together with the variance fixed-point equation. "
            r"Substituting $\sigma_w^2 = 1/\E[\psi'^2](q^*)$ into $q^* = \sigma_w^2 V(q^*) + \sigma_b^2$ eliminates "

@@ -10,8 +10,8 @@ Steps (each recorded in the report):
 2. Closed forms: how each kernel map was obtained (``Kernel.methods``).
 3. V(q), C(q1, q2, q12) and E[psi'^2](q) (= chi1 at sigma_w2 = 1), and E[psi](q), three ways:
    the package (closed form, or its quadrature), an independent mpmath quadrature of the defining
-   integral written here from phi alone (``mpmath.quad`` on panels split at the kinks, nested for C
-   in the conditional form v | u), and a seeded Monte Carlo estimate with its standard error.
+   integral from phi alone (symfield.reports.oracles: ``mpmath.quad`` on panels split at the kinks,
+   nested for C in the conditional form v | u), and a seeded Monte Carlo estimate with its standard error.
    Pass: |package - mpmath| <= REL_TOL * scale and |package - MC| <= MC_SIGMAS * SE + REL_TOL * scale,
    scale = |V|, |E psi'^2|, sqrt(V) for E[psi], sqrt(V(q1) V(q2)) for C (Cauchy-Schwarz).
 4. Drift: E[psi] != 0 means one layer with sigma_b2 = 0 turns centred inputs into drifting ones
@@ -26,8 +26,6 @@ Steps (each recorded in the report):
 from __future__ import annotations
 
 import math
-import signal
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -36,6 +34,8 @@ import numpy as np
 import sympy as sp
 
 from symfield.core import validate
+from symfield.core.timelimit import TimeLimitExceeded, call_with_time_limit
+from symfield.reports.oracles import mc_expect, mp_expect1, mp_expect2
 from symfield.symbolic.activation import activation, check_gaussian_moments, kinks as find_kinks
 from symfield.symbolic.formula import X as x
 from symfield.symbolic.formula import FormulaError, parse
@@ -132,114 +132,9 @@ class _Phi:
             out = np.asarray(fn(arr), dtype=float)
         return np.broadcast_to(out, np.shape(arr))
 
-
-def _panels(mean, s, kinks, L):
-    """Split points for a Gaussian N(mean, s^2) integral: +-L sd, every sd, every unit in x, kinks."""
-    a, b = mean - L * s, mean + L * s
-    pts = {a, b}
-    pts.update(mean + j * s for j in range(-int(L), int(L) + 1))
-    if s > 1:
-        lo, hi = math.ceil(float(a)), math.floor(float(b))
-        if hi - lo <= 400:
-            pts.update(mpmath.mpf(t) for t in range(lo, hi + 1))
-    pts.update(mpmath.mpf(k) for k in kinks if a < k < b)
-    return sorted(pts)
-
-
-def mp_expect1(f, q, kinks=(), dps=20):
-    """E[f(x)], x ~ N(0, q), by mpmath.quad of the defining integral (independent of the package)."""
-    with mpmath.workdps(dps):
-        q = mpmath.mpf(q)
-        s = mpmath.sqrt(q)
-        L = math.sqrt(2 * (dps + 5) * math.log(10))
-        pts = _panels(mpmath.mpf(0), s, kinks, L)
-        val = mpmath.quad(lambda t: f(t) * mpmath.exp(-t * t / (2 * q)), pts, method="gauss-legendre")
-        return val / mpmath.sqrt(2 * mpmath.pi * q)
-
-
-def _gl(degree, dps):
-    """mpmath's Gauss-Legendre nodes (3 * 2^(degree-1) of them) on [-1, 1]."""
-    with mpmath.workdps(dps):
-        return mpmath.calculus.quadrature.GaussLegendre(mpmath.mp).calc_nodes(degree, mpmath.mp.prec)
-
-
-def _composite(fun, mean, s, kinks, nodes):
-    """E[fun(w)], w ~ N(mean, s^2), by composite Gauss-Legendre in standard units t = (w - mean)/s on
-    [-8, 8]: panels of two sd, split at the kinks (weights exp(-t^2/2) cached for unsplit panels)."""
-    cuts = sorted({(k - mean) / s for k in kinks if -8 < (k - mean) / s < 8})
-    total = mpmath.mpf(0)
-    for a in range(-8, 8, 2):
-        inside = [t for t in cuts if a < t < a + 2]
-        if not inside:
-            for t, w in _std_panel(a, nodes):
-                total += w * fun(mean + s * t)
-            continue
-        br = [mpmath.mpf(a)] + [mpmath.mpf(t) for t in inside] + [mpmath.mpf(a + 2)]
-        for lo, hi in zip(br[:-1], br[1:]):
-            h, m = (hi - lo) / 2, (hi + lo) / 2
-            for t0, w0 in nodes:
-                t = h * t0 + m
-                total += h * w0 * mpmath.exp(-t * t / 2) * fun(mean + s * t)
-    return total / mpmath.sqrt(2 * mpmath.pi)
-
-
-_PANELS: dict = {}
-
-
-def _std_panel(a, nodes):
-    key = (a, len(nodes), mpmath.mp.prec)
-    if key not in _PANELS:
-        _PANELS[key] = [(t0 + a + 1, w0 * mpmath.exp(-(t0 + a + 1) ** 2 / 2)) for t0, w0 in nodes]
-    return _PANELS[key]
-
-
-def mp_expect2(f, g, q1, q2, q12, kinks=(), dps=15, degree=3):
-    """E[f(u) g(v)] in mpmath by a nested composite Gauss-Legendre rule (12 nodes per two-sd panel,
-    +-8 sd, panels split at the kinks): u ~ N(0, q1) outside, v | u ~ N(q12 u/q1, (q1 q2 - q12^2)/q1) inside."""
-    with mpmath.workdps(dps):
-        q1, q2, q12 = mpmath.mpf(q1), mpmath.mpf(q2), mpmath.mpf(q12)
-        s1, sc = mpmath.sqrt(q1), mpmath.sqrt((q1 * q2 - q12 * q12) / q1)
-        nodes = _gl(degree, dps)
-
-        def inner(uu):
-            return _composite(g, q12 / q1 * uu, sc, kinks, nodes)
-        return _composite(lambda uu: f(uu) * inner(uu), mpmath.mpf(0), s1, kinks, nodes)
-
-
-def _mc(phi, rng_z, which_f, which_g, q1, q2=None, q12=None):
-    """Monte Carlo mean and standard error of f(u) g(v) (or f(u) g(u) when q2 is None)."""
-    z1, z2 = rng_z
-    u = math.sqrt(q1) * z1
-    if q2 is None:
-        w = phi.vec(which_f, u) * (phi.vec(which_g, u) if which_g else 1.0)
-    else:
-        c = q12 / math.sqrt(q1 * q2)
-        v = math.sqrt(q2) * (c * z1 + math.sqrt(max(1 - c * c, 0.0)) * z2)
-        w = phi.vec(which_f, u) * phi.vec(which_g, v)
-    w = np.asarray(w, dtype=float)
-    return float(w.mean()), float(w.std() / math.sqrt(w.size))
-
-
-# ---------------------------------------------------------------- time budget for slow steps
-class _Timeout(Exception):
-    pass
-
-
-def _with_budget(seconds, fn, *args):
-    """fn(*args), interrupted after ``seconds`` (SIGALRM; main thread only, else unlimited)."""
-    if threading.current_thread() is not threading.main_thread() or seconds is None:
-        return fn(*args)
-
-    def handler(signum, frame):
-        raise _Timeout
-
-    old = signal.signal(signal.SIGALRM, handler)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        return fn(*args)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+    def vf(self, which):
+        """phi or phi' (``which`` "phi" / "dphi") as a vectorised NumPy function."""
+        return lambda arr: self.vec(which, arr)
 
 
 # ---------------------------------------------------------------- verify
@@ -334,19 +229,19 @@ def _three_way(rep, act, phi, zz, dps):
             key = "V" if name == "V" else "dpsi2"
             pkg = float(map_value(act, key, qv))
             ref = float(mp_expect1(lambda t, f=phi.f(which): f(t) ** 2, qv, phi.kinks, dps))
-            mc, se = _mc(phi, zz, which, which, qv)
+            mc, se = mc_expect(phi.vf(which), phi.vf(which), zz, qv)
             if key == "V":
                 V[qv] = ref
             _record(rep, name, (qv,), pkg, ref, mc, se, abs(ref))
     for qv in (1.0,):
         pkg = float(map_value(act, "mean", qv))
         ref = float(mp_expect1(phi.f("phi"), qv, phi.kinks, dps))
-        mc, se = _mc(phi, zz, "phi", None, qv)
+        mc, se = mc_expect(phi.vf("phi"), None, zz, qv)
         _record(rep, "E[psi]", (qv,), pkg, ref, mc, se, math.sqrt(V[qv]))
     for a, b, c in C_POINTS:
         pkg = float(map_value(act, "C", a, b, c))
         ref = float(mp_expect2(phi.f("phi"), phi.f("phi"), a, b, c, phi.kinks))
-        mc, se = _mc(phi, zz, "phi", "phi", a, b, c)
+        mc, se = mc_expect(phi.vf("phi"), phi.vf("phi"), zz, a, b, c)
         va = float(mp_expect1(lambda t: phi.f("phi")(t) ** 2, a, phi.kinks, 15))
         vb = float(mp_expect1(lambda t: phi.f("phi")(t) ** 2, b, phi.kinks, 15))
         _record(rep, "C", (a, b, c), pkg, ref, mc, se, math.sqrt(va * vb))
@@ -426,8 +321,8 @@ def _phases(rep, act, seconds):
         row = dict(init=label, sigma_w2=sw, sigma_b2=sb, phase=None, c_star=None, chi1=None, seconds=None, note="")
         t = time.perf_counter()
         try:
-            p = _with_budget(seconds, phase, act, sw, sb, 1e-6, True)
-        except _Timeout:
+            p = call_with_time_limit(seconds, phase, act, sw, sb, 1e-6, True)
+        except TimeLimitExceeded:
             row["note"] = f"not determined within {seconds:g} s"
             rep.problems.append(f"slow: the phase at {label} (sigma_w2 = {sw:.4g}, sigma_b2 = {sb:g}) was not "
                                 f"determined within {seconds:g} s")

@@ -16,7 +16,7 @@ import mpmath
 import sympy as sp
 
 from symfield.core import validate
-from symfield.symbolic.formula import FUNCTIONS, MAX_LENGTH, X, FormulaError, parse
+from symfield.symbolic.formula import FUNCTIONS, MAX_LENGTH, FormulaError, X, parse
 
 x = X
 

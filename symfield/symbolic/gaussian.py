@@ -24,12 +24,11 @@ Methods, tried in this order (the name of the one that succeeded is returned):
 """
 from __future__ import annotations
 
-import signal
-import threading
 from dataclasses import dataclass
 
 import sympy as sp
 
+from symfield.core import timelimit
 from symfield.symbolic.formula import X as x
 from symfield.symbolic.integrals import GaussianIntegral, Integrand, Kind
 
@@ -326,10 +325,6 @@ def _halfline(f, g):
 
 
 # ---------------------------------------------------------------- sympy.integrate with a time limit
-class _Timeout(Exception):
-    pass
-
-
 _HOPELESS = (sp.tanh, sp.log, sp.atan, sp.asinh, sp.tan, sp.sech)
 
 
@@ -341,25 +336,17 @@ def _integrable_class(expr):
 
 
 def _integrate1(f, g):
-    if threading.current_thread() is not threading.main_thread() or INTEGRATE_SECONDS <= 0:
+    """sympy.integrate of E[f g] within INTEGRATE_SECONDS; None when it fails, runs out of time, or no
+    time limit can be set here (off the main thread: skipped rather than run unbounded)."""
+    if not timelimit.available() or INTEGRATE_SECONDS <= 0:
         return None
     if not _integrable_class(f * g):
         return None
-
-    def handler(signum, frame):
-        raise _Timeout
-
-    old = signal.signal(signal.SIGALRM, handler)
-    signal.setitimer(signal.ITIMER_REAL, INTEGRATE_SECONDS)
     try:
-        res = sp.integrate((f * g).subs(x, sp.sqrt(q) * z) * normal_pdf(z), (z, -sp.oo, sp.oo))
-    except _Timeout:
+        res = timelimit.call_with_time_limit(INTEGRATE_SECONDS, sp.integrate,
+                                             (f * g).subs(x, sp.sqrt(q) * z) * normal_pdf(z), (z, -sp.oo, sp.oo))
+    except Exception:   # TimeLimitExceeded, or sympy giving up
         return None
-    except Exception:
-        return None
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
     if res.has(sp.Integral) or res.has(sp.Piecewise) or not res.is_finite:
         return None
     return res

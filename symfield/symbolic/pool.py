@@ -1,4 +1,4 @@
-"""Max-pool kernels: psi(u) = max_j phi(u_j) over k i.i.d. nodes (MATH.md section 4).
+"""Max-pool kernels: psi(u) = max_j phi(u_j) over k i.i.d. nodes (docs/theory.md section 4).
 
 Monotone non-decreasing phi: psi = phi(max_j u_j) (order-statistic reduction).  M_k = max of k
 i.i.d. N(0, 1), density k n(m) N(m)^(k-1):

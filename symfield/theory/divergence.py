@@ -1,4 +1,4 @@
-"""How the drift ratio gamma^(l) = q12/(q - q12) behaves with depth (MATH.md sections 5, 6).
+"""How the drift ratio gamma^(l) = q12/(q - q12) behaves with depth (docs/theory.md section 7).
 
 Criterion. Over the last half of the layers, fit
     exponential:  log gamma = a + r l + e/l          (rate r)
@@ -6,7 +6,8 @@ Criterion. Over the last half of the layers, fit
 by least squares and report the law with the smaller root-mean-square residual; "finite" when
 gamma converges: its last step is below 1e-8 gamma, or its steps shrink geometrically at a
 constant ratio (then gamma* is the geometric extrapolation). gamma can pass 1e12, where
-1 - c cancels in float64, so closed-form maps are iterated in mpmath (``dps`` digits, default 40)
+1 - c cancels in float64, so closed-form maps are iterated in mpmath (``dps`` digits, default 40;
+the layer step is ``codegen.STEP_SOURCE`` run by :func:`symfield.numeric.codegen.step_functions`)
 carrying q and q12 exactly (dps doubles automatically whenever 1 - c falls below 10^-(dps - 15),
 so a deep ordered run never stalls into a false "finite"); maps without a closed form use the float64 recursion of
 :func:`symfield.propagate` and only layers with 1 - c > 1e-11 enter the fit.
@@ -19,7 +20,11 @@ import mpmath
 import numpy as np
 
 from symfield.core import validate as check
+from symfield.numeric import codegen
+from symfield.numeric.evaluate import evaluate, to_mpf
+from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
 from symfield.symbolic.kernel import kernel
+from symfield.theory.propagate import propagate
 
 CONVERGED = 1e-8
 MAX_DPS = 1000      # digits the mpmath recursion may grow to (dps doubles while 1 - c outgrows them)
@@ -36,22 +41,36 @@ class Divergence:
     precision: str            # "mpmath(dps)" or "float64"
 
 
+def _mp_step(K, dps):
+    """codegen.STEP_SOURCE's (first_layer, layer_step) with the closed-form maps V, C in mpmath
+    (each value rounded to dps digits)."""
+
+    def V(M, qv):
+        return evaluate(K.V, (Q,), (qv,), K.kinks, dps)
+
+    def C(M, a, b, c):
+        return evaluate(K.C, (Q1, Q2, Q12), (a, b, c), K.kinks, dps)
+
+    return codegen.step_functions(V, C)
+
+
 def _gamma_mp(K, sw, sb, depth, dps):
     """gamma per layer from the mpmath recursion at dps digits; None when 1 - c fell below
-    10^-(dps - 15) (the difference q - q12 has lost its digits: the caller retries at 2 dps)."""
-    from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
-    from symfield.numeric.evaluate import evaluate, to_mpf
+    10^-(dps - 15) (the difference q - q12 has lost its digits: the caller retries at 2 dps).
+
+    Equal norms, plain layers: q' = sigma_w2 V(q) + sigma_b2, q12' = sigma_w2 C(q, q, q12) + sigma_b2."""
+    first_layer, layer_step = _mp_step(K, dps)
     out = []
     with mpmath.workdps(dps):
         sw, sb = to_mpf(sw), to_mpf(sb)
         floor = mpmath.mpf(10) ** (15 - dps)
-        qa, qab = sw + sb, sb                       # layer 1 (linear), q0 = 1, qab0 = 0
+        one, zero = mpmath.mpf(1), mpmath.mpf(0)
+        qa, _, qab = first_layer(one, one, zero, sw, sb)     # layer 1 (linear), q0 = 1, qab0 = 0
         for _ in range(depth):
             if qa - qab <= floor * qa:
                 return None
             out.append(qab / (qa - qab))
-            qa, qab = (sw * evaluate(K.V, (Q,), (qa,), K.kinks, dps) + sb,
-                       sw * evaluate(K.C, (Q1, Q2, Q12), (qa, qa, qab), K.kinks, dps) + sb)
+            qa, _, qab = layer_step(qa, qa, qab, sw, sb, 0, False, False, None)
     return np.array([float(g) for g in out])
 
 
@@ -92,7 +111,6 @@ def divergence(act, sigma_w2, sigma_b2, depth=200, dps=40) -> Divergence:
         usable = np.isfinite(gamma)
         precision = f"mpmath({dps})"
     else:
-        from symfield.theory.propagate import propagate
         r = propagate(K.act, sw, sb, depth)
         gamma = np.asarray(r.gamma, dtype=float)
         usable = np.isfinite(gamma) & (1 - np.asarray(r.c) > 1e-11)

@@ -1,4 +1,4 @@
-"""Leading-order finite-width theory (Roberts, Yaida & Hanin, ch. 4-5; MATH.md section 8).
+"""Leading-order finite-width theory (Roberts, Yaida & Hanin, ch. 4-5; docs/theory.md section 9).
 
 Single input, equal widths n. Given layer l, the pre-activations of layer l+1 are exactly
 h_i = sqrt(G) z_i with z_i i.i.d. N(0, 1) and G = (sigma_w2/n) sum_j y_j^2 + sigma_b2 shared

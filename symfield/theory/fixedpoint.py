@@ -1,11 +1,29 @@
-"""Fixed points of the variance map, by bracketing root finding (never by iterating the map).
+"""Fixed points of the mean-field maps, by bracketing root finding (never by iterating the map).
 
     q* solves g(q) = sigma_w2 V(q) + sigma_b2 - q = 0,
 
 the first root above 0 in the direction the recursion moves from small q (the fixed point
 that the layer recursion reaches and that is stable from below). q* = 0 when sigma_b2 = 0 and
 g < 0 just above 0; q* = inf when g > 0 on the whole bracket (the variance grows without bound,
-e.g. ReLU with sigma_w2 > 2).
+e.g. ReLU with sigma_w2 > 2). The edge of chaos, c* and the neutrality line: docs/theory.md
+section 5; the phases: section 6.
+
+One algorithm per quantity, run in a number context ``N`` (as mpmath runs one algorithm in
+different contexts):
+
+* :class:`_Float64`: float64, vectorised over 1-D numpy arrays; V, E[psi'^2] and C from
+  :class:`_Maps`, the roots of many brackets at once by :func:`symfield.numeric.vroot.vroot`;
+* :class:`_Mp`: mpmath at ``dps`` digits on 1-D object arrays (dps + 10 working digits, results
+  rounded to dps, inputs read as the decimals they print as); the maps by
+  :func:`symfield.numeric.evaluate.evaluate`, each root by anderson on its bracket to 10^(-2 dps),
+  certified by its residual |f(x)| <= 10^-dps max(1, |x|) (ArithmeticError otherwise).
+
+q* (:func:`_q_star_points`) and the edge of chaos (:func:`_eoc_points`) are written once on N:
+the same brackets, grown the same way, in both number types. c* and the neutrality line are
+located in float64 only (the scan of the c-map from c^(1) and the q -> 0 descent are float64 by
+design); at dps that float64 root is refined and certified by the one shared step
+:meth:`_Mp.refine` (anderson on [x0, x0 (1 + 1e-9)], certified by its residual and by staying
+next to x0), on the same map formulas as float64 (:func:`_c_residual`, :func:`_neutral_residual`).
 """
 from __future__ import annotations
 
@@ -16,35 +34,12 @@ import mpmath
 import numpy as np
 
 from symfield.core import validate as check
-from symfield.symbolic.gaussian import q as Q
+from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
 from symfield.symbolic.kernel import kernel
 from symfield.numeric.evaluate import evaluate, to_mpf
 from symfield.numeric.vroot import vroot
 
 Q_MIN, Q_MAX = 1e-12, 1e12
-
-
-def _grow(f, hi):
-    """Multiply hi by 4 until f(hi) <= 0; None once hi passes Q_MAX (no sign change)."""
-    while f(hi) > 0:
-        hi *= 4
-        if hi > Q_MAX:
-            return None
-    return hi
-
-
-def _root(f, lo, hi, dps, what):
-    """Bracketed root of f on [lo, hi]: brentq in float64; mpmath (anderson) with dps, verified by
-    its residual (ArithmeticError with achieved vs required error)."""
-    if dps is None:
-        from scipy.optimize import brentq
-        return brentq(lambda t: float(f(t)), lo, hi, xtol=1e-300, rtol=8.9e-16, maxiter=500)
-    root = mpmath.findroot(f, (lo, hi), solver="anderson", tol=mpmath.mpf(10) ** (-2 * dps))
-    resid = abs(f(root))
-    if resid > mpmath.mpf(10) ** (-dps) * max(1, abs(root)):
-        raise ArithmeticError(f"{what}: residual {mpmath.nstr(resid, 3)} exceeds the required "
-                              f"{mpmath.nstr(mpmath.mpf(10) ** -dps, 3)} (dps={dps})")
-    return root
 
 
 def _limit_q(K, qs):
@@ -97,13 +92,12 @@ class _Maps:
     """float64 maps of one kernel, vectorised over arrays: V(q), dpsi2(q), C(q, c) = C(q, q, c q).
 
     Closed forms are lambdified. Integral-form V and dpsi2 use certified Chebyshev tables in
-    log q (:mod:`symfield.table1d`, ~1e-15); integral-form C uses the certified (q, theta) tables
-    of :mod:`symfield.tables` where they cover the point, else the quadrature."""
+    log q (:mod:`symfield.numeric.table1d`, ~1e-15); integral-form C uses the certified (q, theta) tables
+    of :mod:`symfield.numeric.tables` where they cover the point, else the quadrature."""
 
     def __init__(self, K):
         import sympy as sp
 
-        from symfield.symbolic.gaussian import q1 as Q1, q2 as Q2, q12 as Q12
         from symfield.numeric.evaluate import evaluator
         from symfield.numeric.table1d import Table1D
         self.K = K
@@ -159,84 +153,173 @@ def _maps(K):
     return m
 
 
-def _q_star_vec(K, sw, sb):
-    """float64 q* for 1-D arrays sw, sb: the first root of g(q) = sw V(q) + sb - q above 0, except
-    where q = 0 is a fixed point (sigma_b2 = 0, g <= 0 near 0) but the recursion climbs from
-    q^(1) = sw + sb (g(q^(1)) > 0, e.g. x erf(x) at sigma_w2 = 2): then the first root above q^(1)."""
-    M = _maps(K)
-    sw, sb = np.asarray(sw, float), np.asarray(sb, float)
-    out = np.full(sw.shape, np.nan)
-    glo = sw * M.V(np.full(sw.shape, Q_MIN)) + sb - Q_MIN
+# ---------------------------------------------------------------- number contexts
+def _objects(values):
+    """1-D object array of the given numbers (mpf)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values)
+    return out
+
+
+class _Float64:
+    """float64 numbers, vectorised over 1-D numpy arrays (see the module docstring)."""
+    dps = None
+    zero, inf = 0.0, math.inf
+
+    def __init__(self, K):
+        self.K, self.maps = K, _maps(K)
+
+    def num(self, x):
+        return np.asarray(x, float)
+
+    def full(self, n, v):
+        return np.full(n, v, dtype=float)
+
+    def V(self, q):
+        return self.maps.V(q)
+
+    def dpsi2(self, q):
+        return self.maps.dpsi2(q)
+
+    def C(self, q, c):
+        """C(q, q, c q)."""
+        return self.maps.C(q, c)
+
+    def roots(self, f, lo, hi, flo, fhi, what):
+        """Roots of f(x, j) (problem j at x) on the brackets [lo, hi] (f(lo) = flo, f(hi) = fhi)."""
+        return vroot(f, lo, hi, flo, fhi)
+
+    def run(self, algorithm, *inputs):
+        """algorithm(N, *inputs) with the inputs as float64 arrays."""
+        return algorithm(self, *(self.num(x) for x in inputs))
+
+    def show(self, x):
+        return f"{x:g}"
+
+
+class _Mp:
+    """mpmath numbers at dps digits on 1-D object arrays (see the module docstring)."""
+    zero, inf = mpmath.mpf(0), mpmath.inf
+
+    def __init__(self, K, dps):
+        self.K, self.dps = K, dps
+
+    def num(self, x):
+        """Inputs read as the decimals they print as (0.1 -> mpf('0.1')), as numeric.evaluate."""
+        return _objects([to_mpf(v) for v in np.ravel(x)])
+
+    def full(self, n, v):
+        return _objects([mpmath.mpf(v)] * n)       # the float's binary value
+
+    def V(self, q):
+        return evaluate(self.K.V, (Q,), (q,), self.K.kinks, self.dps)
+
+    def dpsi2(self, q):
+        return evaluate(self.K.dpsi2, (Q,), (q,), self.K.kinks, self.dps)
+
+    def C(self, q, c):
+        """C(q, q, c q)."""
+        return evaluate(self.K.C, (Q1, Q2, Q12), (q, q, c * q), self.K.kinks, self.dps)
+
+    def root(self, f, lo, hi, what):
+        """Root of the scalar f on [lo, hi] (anderson to 10^(-2 dps)), certified by its residual:
+        ArithmeticError with the achieved vs required error unless |f| <= 10^-dps max(1, |root|)."""
+        dps = self.dps
+        root = mpmath.findroot(f, (lo, hi), solver="anderson", tol=mpmath.mpf(10) ** (-2 * dps))
+        resid = abs(f(root))
+        if resid > mpmath.mpf(10) ** (-dps) * max(1, abs(root)):
+            raise ArithmeticError(f"{what}: residual {mpmath.nstr(resid, 3)} exceeds the required "
+                                  f"{mpmath.nstr(mpmath.mpf(10) ** -dps, 3)} (dps={dps})")
+        return root
+
+    def roots(self, f, lo, hi, flo, fhi, what):
+        """As :meth:`_Float64.roots`, one certified :meth:`root` per bracket."""
+        def one(k):           # findroot reads the arity: a plain one-argument function of x
+            return lambda t: f(_objects([t]), np.array([k]))[0]
+        return _objects([self.root(one(k), lo[k], hi[k], what) for k in range(len(lo))])
+
+    def refine(self, f, x0, tol, what, left):
+        """The float64 root x0 of f refined: :meth:`root` on [x0, x0 (1 + 1e-9)], certified by its
+        residual and by staying within tol of x0 (else ArithmeticError(left(root)))."""
+        x0 = mpmath.mpf(x0)
+        root = self.root(f, x0, x0 * (1 + mpmath.mpf(10) ** -9), what)
+        if abs(root - x0) > tol:
+            raise ArithmeticError(left(root))
+        return root
+
+    def run(self, algorithm, *inputs):
+        """algorithm(N, *inputs) at dps + 10 digits; the result (array or tuple of arrays) rounded to dps."""
+        with mpmath.workdps(self.dps + 10):
+            out = algorithm(self, *(self.num(x) for x in inputs))
+        with mpmath.workdps(self.dps):
+            rounded = [_objects([+v for v in a]) for a in (out if isinstance(out, tuple) else (out,))]
+        return tuple(rounded) if isinstance(out, tuple) else rounded[0]
+
+    def show(self, x):
+        with mpmath.workdps(self.dps + 10):
+            return str(to_mpf(x))
+
+
+def _context(K, dps):
+    """The number context of dps: float64 (None) or mpmath at dps digits."""
+    return _Float64(K) if dps is None else _Mp(K, dps)
+
+
+# ---------------------------------------------------------------- q*
+def _q_star_points(N, sw, sb):
+    """q* for 1-D arrays sw, sb of N's numbers: the first root of g(q) = sw V(q) + sb - q above 0,
+    except where q = 0 is a fixed point (sigma_b2 = 0, g <= 0 near 0) but the recursion climbs from
+    q^(1) = sw + sb (g(q^(1)) > 0, e.g. x erf(x) at sigma_w2 = 2): then the first root above q^(1).
+    The bracket's top starts at max(2 (sw + sb), 1) and grows by 4 (q* = inf past Q_MAX); NaN where
+    g <= 0 near 0 with sigma_b2 > 0."""
+    n = sw.size
+    out, lo = N.full(n, math.nan), N.full(n, Q_MIN)
+    glo = sw * N.V(lo) + sb - lo
     zero = (glo <= 0) & (sb == 0)
-    qa = np.where(zero & (sw > 0), sw + sb, 1.0)
-    ga = np.where(zero & (sw > 0), sw * M.V(qa) + sb - qa, 0.0)
-    up = zero & (ga > 0)
-    out[zero & ~up] = 0.0
-    glo, qlo = np.where(up, ga, glo), np.where(up, qa, Q_MIN)
+    up = np.zeros(n, bool)
+    j = np.nonzero(zero & (sw > 0))[0]
+    if j.size:              # q = 0 is a fixed point: does the recursion climb from q^(1) = sw + sb?
+        qa = sw[j] + sb[j]
+        ga = sw[j] * N.V(qa) + sb[j] - qa
+        climbs = ga > 0
+        up[j[climbs]] = True
+        lo[j[climbs]], glo[j[climbs]] = qa[climbs], ga[climbs]
+    out[zero & ~up] = N.zero
     idx = np.nonzero((glo > 0) | up)[0]
-    hi = np.maximum(2 * (sb[idx] + sw[idx]), 1.0)
-    hi = np.where(up[idx], np.maximum(hi, 2 * qlo[idx]), hi)
-    ghi = sw[idx] * M.V(hi) + sb[idx] - hi
+    hi = np.maximum(np.maximum(2 * (sb[idx] + sw[idx]), N.full(idx.size, 1.0)), 2 * lo[idx])
+    ghi = sw[idx] * N.V(hi) + sb[idx] - hi
     while True:  # grow the brackets by 4 until g(hi) <= 0; past Q_MAX: q* = inf
         grow = ghi > 0
         over = grow & (hi * 4 > Q_MAX)
-        out[idx[over]] = math.inf
+        out[idx[over]] = N.inf
         grow &= ~over
         if not grow.any():
             break
         hi[grow] *= 4
-        ghi[grow] = sw[idx[grow]] * M.V(hi[grow]) + sb[idx[grow]] - hi[grow]
+        ghi[grow] = sw[idx[grow]] * N.V(hi[grow]) + sb[idx[grow]] - hi[grow]
     ok = ghi <= 0
     idx, hi, ghi = idx[ok], hi[ok], ghi[ok]
     if idx.size:
-        lo = qlo[idx]
-        out[idx] = vroot(lambda x, j: sw[idx[j]] * M.V(x) + sb[idx[j]] - x,
-                         lo, hi, glo[idx], ghi)
+        out[idx] = N.roots(lambda x, j: sw[idx[j]] * N.V(x) + sb[idx[j]] - x, lo[idx], hi, glo[idx], ghi, "q_star")
     return out
-
-
-def _q_star_scalar(K, sw, sb, dps):
-    def g(qv):
-        return sw * evaluate(K.V, (Q,), (qv,), K.kinks, dps) + sb - qv
-
-    if dps is None:
-        return float(_q_star_vec(K, np.array([sw]), np.array([sb]))[0])
-    with mpmath.workdps(dps + 10):
-        sw, sb = to_mpf(sw), to_mpf(sb)  # decimal reading, as numeric.evaluate
-        lo = mpmath.mpf(Q_MIN)
-        if g(lo) <= 0:
-            if sb != 0:
-                return mpmath.nan
-            if sw == 0 or g(sw) <= 0:
-                return mpmath.mpf(0)
-            lo = sw                # q = 0 is a fixed point, but the recursion climbs from q^(1) = sw
-        hi = _grow(g, max(2 * (sb + sw), 2 * lo, mpmath.mpf(1)))
-        if hi is None:
-            return mpmath.inf
-        root = _root(g, lo, hi, dps, "q_star")
-    with mpmath.workdps(dps):
-        return +root
 
 
 def q_star(act, sigma_w2, sigma_b2, dps=None):
     """The variance fixed point q* (float64 arrays broadcast; dps=N gives mpmath numbers)."""
-    return _on_grid("q_star", act, sigma_w2, sigma_b2, dps, _q_star_vec, _q_star_scalar)
+    return _on_grid("q_star", act, sigma_w2, sigma_b2, dps, lambda N, sw, sb: N.run(_q_star_points, sw, sb))
 
 
-def _on_grid(func, act, sigma_w2, sigma_b2, dps, vec, point_mp):
-    """Validate and broadcast (sigma_w2, sigma_b2); float64: vec(K, sw, sb) on the flat grid at
-    once; dps: point_mp(K, sw, sb, dps) per point (object array of mpf). Scalars in, scalar out."""
+def _on_grid(func, act, sigma_w2, sigma_b2, dps, solve):
+    """Validate and broadcast (sigma_w2, sigma_b2); solve(N, sw, sb) on the flat grid in the number
+    context N of dps (float64 array, or object array of mpf). Scalars in, scalar out."""
     K = kernel(act)
     dps = check.dps(func, dps)
     sw = check.real(func, "sigma_w2", sigma_w2, lo=0)
     sb = check.real(func, "sigma_b2", sigma_b2, lo=0)
     sw, sb = np.broadcast_arrays(sw, sb)
+    out = solve(_context(K, dps), sw.ravel(), sb.ravel()).reshape(sw.shape)
     if dps is None:
-        out = vec(K, sw.ravel(), sb.ravel()).reshape(sw.shape)
         return out if out.ndim else float(out)
-    out = np.empty(sw.shape, dtype=object)
-    for idx in np.ndindex(sw.shape):
-        out[idx] = point_mp(K, float(sw[idx]), float(sb[idx]), dps)
     return out if out.ndim else out.item()
 
 
@@ -257,71 +340,60 @@ class EOC:
         return bool(self.q_slope <= 1)
 
 
-def _eoc_scalar(K, sb, dps):
-    """Eliminate sigma_w2 (MATH.md section 2): solve h(q) = V(q)/dpsi2(q) + sigma_b2 - q = 0,
-    then sigma_w2 = 1/dpsi2(q*). sigma_b2 = 0: q* = 0 and sigma_w2 = 1/dpsi2(0+) exactly."""
-    import sympy as sp
+
+def eoc_point(K, sigma_b2, dps=None):
+    """(sigma_w2, q*) of the edge of chaos of kernel K at one sigma_b2 >= 0 (floats, or mpmath at
+    dps). Eliminate sigma_w2 (docs/theory.md section 5): solve h(q) = V(q)/dpsi2(q) + sigma_b2 - q
+    = 0 (:func:`_eoc_points`), then sigma_w2 = 1/dpsi2(q*). sigma_b2 = 0 with psi(0) = 0: q* = 0
+    and sigma_w2 = 1/dpsi2(0+) exactly. ValueError or ArithmeticError where there is no EOC."""
+    sb = sigma_b2
     if sb == 0 and _zero_at_zero(K):  # q* = 0 is then a fixed point of the variance map
-        if not K.dpsi2.has(sp.Integral):   # exact limit of the closed form
-            d0 = sp.limit(K.dpsi2, Q, 0, "+")
-            if not d0.is_positive:
-                raise ValueError(f"{K.act.name} has E[psi'^2] -> 0 as q -> 0: no edge of chaos at sigma_b2 = 0.")
-            if dps is None:
-                return float(1 / d0), 0.0
-            with mpmath.workdps(dps):
-                return mpmath.mpf(str(sp.N(1 / d0, dps + 5))), mpmath.mpf(0)
-        # integral form: E[psi'^2](q) = E[psi'^2](0+) + O(q); q far below the working precision
-        tiny = 1e-40 if dps is None else mpmath.mpf(10) ** (-2 * dps - 10)
-        d0 = evaluate(K.dpsi2, (Q,), (tiny,), K.kinks, dps)
-        if not d0 > 0:
-            raise ValueError(f"{K.act.name} has E[psi'^2] -> 0 as q -> 0: no edge of chaos at sigma_b2 = 0.")
-        return (1 / float(d0), 0.0) if dps is None else (1 / d0, mpmath.mpf(0))
-
-    def h(qv):
-        V = evaluate(K.V, (Q,), (qv,), K.kinks, dps)
-        d = evaluate(K.dpsi2, (Q,), (qv,), K.kinks, dps)
-        return V / d + sb - qv
-
+        return _eoc_at_zero(K, dps)
     if _chi1_constant(K):
         raise ValueError(f"{K.act.name} is positively homogeneous: chi1 = sigma_w2 dpsi2 does not depend on q, "
                          f"so the EOC is the single point sigma_b2 = 0, sigma_w2 = 1/dpsi2; for sigma_b2 > 0 q* "
                          f"diverges exactly where chi1 = 1 and there is no EOC curve.")
-    def none_beyond(sbv):
-        return ValueError(f"{K.act.name} has no edge of chaos at sigma_b2 = {sbv} (q* beyond {Q_MAX:g}).")
-
-    if dps is None:
-        sw, qs = _eoc_vec(K, np.array([sb]))
-        if np.isnan(sw[0]):
-            if qs[0] == 0:
-                raise ArithmeticError(f"eoc: h(q) <= 0 at q = {Q_MIN:g}; no bracket for the edge of chaos of {K.act.name}.")
-            raise none_beyond(f"{sb:g}")
-        return float(sw[0]), float(qs[0])
-    with mpmath.workdps(dps + 10):
-        sb = to_mpf(sb)
-        hi = _grow(h, mpmath.mpf(1))
-        if hi is None:
-            raise none_beyond(sb)
-        qs = _root(h, mpmath.mpf(Q_MIN), hi, dps, "eoc")
-        sw = 1 / evaluate(K.dpsi2, (Q,), (qs,), K.kinks, dps)
-    with mpmath.workdps(dps):
-        return +sw, +qs
+    N = _context(K, dps)
+    sw, qs = N.run(_eoc_points, [sb])
+    if math.isnan(sw[0]):
+        if qs[0] == 0:
+            raise ArithmeticError(f"eoc: h(q) <= 0 at q = {Q_MIN:g}; no bracket for the edge of chaos of {K.act.name}.")
+        raise ValueError(f"{K.act.name} has no edge of chaos at sigma_b2 = {N.show(sb)} (q* beyond {Q_MAX:g}).")
+    return (float(sw[0]), float(qs[0])) if dps is None else (sw[0], qs[0])
 
 
-def _eoc_vec(K, sb):
-    """float64 EOC for a 1-D array sb > 0: roots of h(q) = V(q)/E[psi'^2](q) + sigma_b2 - q
-    (h > 0 at q = Q_MIN; the bracket grows by 4 up to Q_MAX), sigma_w2 = 1/E[psi'^2](q*).
+def _eoc_at_zero(K, dps):
+    """(sigma_w2, q*) = (1/dpsi2(0+), 0): the EOC at sigma_b2 = 0 when psi(0) = 0."""
+    import sympy as sp
+    if not K.dpsi2.has(sp.Integral):   # exact limit of the closed form
+        d0 = sp.limit(K.dpsi2, Q, 0, "+")
+        if not d0.is_positive:
+            raise ValueError(f"{K.act.name} has E[psi'^2] -> 0 as q -> 0: no edge of chaos at sigma_b2 = 0.")
+        if dps is None:
+            return float(1 / d0), 0.0
+        with mpmath.workdps(dps):
+            return mpmath.mpf(str(sp.N(1 / d0, dps + 5))), mpmath.mpf(0)
+    # integral form: E[psi'^2](q) = E[psi'^2](0+) + O(q); q far below the working precision
+    tiny = 1e-40 if dps is None else mpmath.mpf(10) ** (-2 * dps - 10)
+    d0 = evaluate(K.dpsi2, (Q,), (tiny,), K.kinks, dps)
+    if not d0 > 0:
+        raise ValueError(f"{K.act.name} has E[psi'^2] -> 0 as q -> 0: no edge of chaos at sigma_b2 = 0.")
+    return (1 / float(d0), 0.0) if dps is None else (1 / d0, mpmath.mpf(0))
+
+
+def _eoc_points(N, sb):
+    """EOC for a 1-D array sb > 0 of N's numbers: roots of h(q) = V(q)/E[psi'^2](q) + sigma_b2 - q
+    (h > 0 at q = Q_MIN; the bracket [Q_MIN, 1] grows by 4 up to Q_MAX), sigma_w2 = 1/E[psi'^2](q*).
     Returns (sigma_w2, q*); NaN with q* = 0 (no bracket at Q_MIN) or inf (none below Q_MAX)."""
-    M = _maps(K)
-    sb = np.asarray(sb, float)
-
     def h(qv, j):
-        return M.V(qv) / M.dpsi2(qv) + sb[j] - qv
+        return N.V(qv) / N.dpsi2(qv) + sb[j] - qv
 
     n = sb.size
-    lo = np.full(n, Q_MIN)
+    lo = N.full(n, Q_MIN)
     hlo = h(lo, np.arange(n))
-    qs = np.where(hlo <= 0, 0.0, np.nan)
-    hi, hhi = np.ones(n), np.full(n, np.nan)
+    qs = N.full(n, math.nan)
+    qs[hlo <= 0] = N.zero
+    hi, hhi = N.full(n, 1.0), N.full(n, math.nan)
     live = hlo > 0
     hhi[live] = h(hi[live], np.nonzero(live)[0])
     grow = live & (hhi > 0)
@@ -330,14 +402,14 @@ def _eoc_vec(K, sb):
         hi[j] *= 4
         hhi[j] = h(hi[j], j)
         over = hi[j] > Q_MAX
-        qs[j[over & (hhi[j] > 0)]] = math.inf
+        qs[j[over & (hhi[j] > 0)]] = N.inf
         grow[j] = (hhi[j] > 0) & ~over
     j = np.nonzero(live & (hhi <= 0))[0]
     if j.size:
-        qs[j] = vroot(lambda x, k: h(x, j[k]), lo[j], hi[j], hlo[j], hhi[j])
-    ok = (qs > 0) & (qs < math.inf)
-    sw = np.full(n, np.nan)
-    sw[ok] = 1.0 / M.dpsi2(qs[ok])
+        qs[j] = N.roots(lambda x, k: h(x, j[k]), lo[j], hi[j], hlo[j], hhi[j], "eoc")
+    ok = (qs > 0) & (qs < N.inf)
+    sw = N.full(n, math.nan)
+    sw[ok] = 1.0 / N.dpsi2(qs[ok])
     return sw, qs
 
 
@@ -346,7 +418,7 @@ def eoc(act, sigma_b2, dps=None) -> EOC:
     K = kernel(act)
     dps = check.dps("eoc", dps)
     sb = float(check.real("eoc", "sigma_b2", sigma_b2, lo=0))
-    sw, qs = _eoc_scalar(K, sb, dps)
+    sw, qs = eoc_point(K, sb, dps)
     if float(qs) > 0:
         dV = evaluate(K.dV, (Q,), (float(qs),), K.kinks)
     else:                          # q* = 0 (psi(0) = 0): V'(0+) = E[psi'^2](0+)
@@ -364,15 +436,16 @@ def eoc_curve(act, sigma_b2, dps=None):
     dps = check.dps("eoc_curve", dps)
     sb = check.real("eoc_curve", "sigma_b2", sigma_b2, lo=0)
     if dps is None and (sb > 0).all() and not _chi1_constant(K):
-        sw, qs = _eoc_vec(K, sb.ravel())
+        sw, qs = _Float64(K).run(_eoc_points, sb.ravel())
         if not np.isnan(sw).any():
             return sw.reshape(sb.shape)
     out = np.empty(sb.shape, dtype=float if dps is None else object)
     for idx in np.ndindex(sb.shape):   # sigma_b2 = 0, dps, or points that raise a clear error
-        out[idx] = _eoc_scalar(K, float(sb[idx]), dps)[0]
+        out[idx] = eoc_point(K, float(sb[idx]), dps)[0]
     return out
 
 
+# ---------------------------------------------------------------- c*
 G_TOL = 1e-13  # |f(c) - c| below this counts as a fixed point (the maps' float64 accuracy)
 SCAN = 64  # grid points scanned for the first sign change of the c-map on the way from c^(1)
 
@@ -380,7 +453,7 @@ SCAN = 64  # grid points scanned for the first sign change of the c-map on the w
 NEAR_END = 10.0 ** -np.arange(1, 11)  # extra scan points end - (end - c) * 1e-j next to c = +-1
 
 
-def _c_star_vec(K, sw, sb, qs=None):
+def _c_star_f64(K, sw, sb, qs=None):
     """float64 c* for 1-D arrays: the stable fixed point of g(c) = f(c) - c reached from
     c1 = sigma_b2/(sigma_w2 + sigma_b2), f(c) = (sigma_w2 C(q*, q*, c q*) + sigma_b2)/q*: the
     first root of g in the direction f moves c1, located by a scan (SCAN equal steps, then
@@ -389,7 +462,7 @@ def _c_star_vec(K, sw, sb, qs=None):
     (sigma_b2 negligible against q; exact for positively homogeneous psi). Returns (c*, q*)."""
     M = _maps(K)
     sw, sb = np.asarray(sw, float), np.asarray(sb, float)
-    qs = _q_star_vec(K, sw, sb) if qs is None else qs
+    qs = _q_star_points(_Float64(K), sw, sb) if qs is None else qs
     finite = (qs > 0) & (qs < math.inf)
     qe = np.where(finite, qs, _limit_q(K, qs))
     c1 = np.where(sw + sb > 0, sb / np.where(sw + sb > 0, sw + sb, 1.0), 0.0)
@@ -493,17 +566,17 @@ def _descend(M, sw):
     return c, frozen
 
 
-def _c_star_scalar(K, sw, sb):
-    c, qs = _c_star_vec(K, np.array([float(sw)]), np.array([float(sb)]))
-    return float(c[0]), float(qs[0])
 
 
-def _c_star_mp(K, sw, sb, dps):
-    """c* to dps digits: the float64 root refined by mpmath (secant) on the mp c-map, verified by
-    its residual and by staying within 1e-9 of the float64 root; c1 and +-1 are exact."""
-    from symfield.symbolic.gaussian import q1 as Q1, q2 as Q2, q12 as Q12
-    c0, q0 = _c_star_scalar(K, sw, sb)
-    with mpmath.workdps(dps + 10):
+def _c_residual(N, q, sw, sb, c):
+    """f(c) - c for the c-map f(c) = (sigma_w2 C(q, q, c q) + sigma_b2)/q at the variance q."""
+    return (sw * N.C(q, c) + sb) / q - c
+
+
+def _c_star_refined(N, sw, sb, c0, q0):
+    """c* to dps digits: the float64 root c0 (q* = q0) refined on the mp c-map by :meth:`_Mp.refine`
+    (within 1e-9 of c0); c1 and +-1 are exact."""
+    with mpmath.workdps(N.dps + 10):
         swm, sbm = to_mpf(sw), to_mpf(sb)
         c1 = sbm / (swm + sbm) if swm + sbm > 0 else mpmath.mpf(0)
         if abs(c0) == 1:
@@ -512,37 +585,46 @@ def _c_star_mp(K, sw, sb, dps):
             return +c1
         if not 0 < q0 < math.inf:
             raise NotImplementedError("c_star(dps=...) with q* = 0 or inf (a limit map) is float64 only.")
-        qs = _q_star_scalar(K, sw, sb, dps)
-
-        def g(c):
-            return (swm * evaluate(K.C, (Q1, Q2, Q12), (qs, qs, c * qs), K.kinks, dps) + sbm) / qs - c
-        root = _root(g, mpmath.mpf(c0), mpmath.mpf(c0) * (1 + mpmath.mpf(10) ** -9), dps, "c_star")
-        if abs(root - c0) > 1e-9:
-            raise ArithmeticError(f"c_star: the mpmath root {mpmath.nstr(root, 12)} left the float64 "
-                                  f"bracket around {c0!r}; cannot certify c* at dps={dps}")
-    with mpmath.workdps(dps):
+        qs = N.run(_q_star_points, [sw], [sb])[0]
+        root = N.refine(lambda c: _c_residual(N, qs, swm, sbm, c), c0, 1e-9, "c_star",
+                        lambda r: f"c_star: the mpmath root {mpmath.nstr(r, 12)} left the float64 "
+                                  f"bracket around {c0!r}; cannot certify c* at dps={N.dps}")
+    with mpmath.workdps(N.dps):
         return +root
+
+
+def _c_star_solve(N, sw, sb):
+    """c* on flat arrays: float64 by :func:`_c_star_f64`; at dps each point refined."""
+    cs, qs = _c_star_f64(N.K, sw, sb)
+    if N.dps is None:
+        return cs
+    return _objects([_c_star_refined(N, *p) for p in zip(sw.tolist(), sb.tolist(), cs.tolist(), qs.tolist())])
 
 
 def c_star(act, sigma_w2, sigma_b2, dps=None):
     """Stable correlation fixed point c* reached from c^(1) (float64 arrays; dps=N: mpmath)."""
-    return _on_grid("c_star", act, sigma_w2, sigma_b2, dps, lambda K, w, b: _c_star_vec(K, w, b)[0], _c_star_mp)
+    return _on_grid("c_star", act, sigma_w2, sigma_b2, dps, _c_star_solve)
 
 
-def _neutrality_vec(K, sb, sigma_w2_max=50.0):
-    """float64 neutrality line for a 1-D array sb > 0, by eliminating sigma_w2 (c* = 1/2 known):
-    on the q* equation sigma_w2(q) = (q - sigma_b2)/V(q), q > sigma_b2, solve
-        h(q) = (sigma_w2(q) C(q, q, q/2) + sigma_b2)/q - 1/2 = 0,
-    i.e. 1/2 is a fixed point of the c-map; h -> 1/2 > 0 as q -> sigma_b2+. The bracket grows q by
-    2 until h < 0 (NaN where sigma_w2(q) passes sigma_w2_max or q passes Q_MAX first). Then
-    1/2 must be the stable c* reached from c1 (checked; NaN otherwise). Returns (sigma_w2, q*)."""
-    M = _maps(K)
-    sb = np.asarray(sb, float)
+# ---------------------------------------------------------------- neutrality
+def _neutral_residual(N, q, sb):
+    """(sigma_w2(q), h(q)) on the q* equation sigma_w2(q) = (q - sigma_b2)/V(q), with
+    h(q) = (sigma_w2(q) C(q, q, q/2) + sigma_b2)/q - 1/2: zero where 1/2 is a fixed point of the c-map."""
+    sw = (q - sb) / N.V(q)
+    return sw, (sw * N.C(q, 0.5) + sb) / q - 0.5
+
+
+def neutrality_line(K, sigma_b2, sigma_w2_max=50.0):
+    """float64 neutrality line of kernel K for a 1-D array sigma_b2 > 0, by eliminating sigma_w2
+    (c* = 1/2 known): on the q* equation, q > sigma_b2, solve h(q) = 0 of :func:`_neutral_residual`;
+    h -> 1/2 > 0 as q -> sigma_b2+. The bracket grows q by 2 until h < 0 (NaN where sigma_w2(q)
+    passes sigma_w2_max or q passes Q_MAX first). Then 1/2 must be the stable c* reached from c1
+    (checked; NaN otherwise). Returns (sigma_w2, q*)."""
+    N = _Float64(K)
+    sb = np.asarray(sigma_b2, float)
 
     def parts(qv, j):
-        V = M.V(qv)
-        sw = (qv - sb[j]) / V
-        return sw, (sw * M.C(qv, 0.5) + sb[j]) / qv - 0.5
+        return _neutral_residual(N, qv, sb[j])
 
     n = sb.size
     lo = sb * (1 + 1e-9)
@@ -562,25 +644,37 @@ def _neutrality_vec(K, sb, sigma_w2_max=50.0):
     j = np.nonzero(~failed)[0]
     if j.size:
         qs[j] = vroot(lambda x, k: parts(x, j[k])[1], lo[j], hi[j], hlo[j], hhi[j])
-    sw = np.where(np.isnan(qs), np.nan, (qs - sb) / M.V(np.where(np.isnan(qs), 1.0, qs)))
+    sw = np.where(np.isnan(qs), np.nan, (qs - sb) / N.V(np.where(np.isnan(qs), 1.0, qs)))
     ok = ~np.isnan(sw)
     if ok.any():  # 1/2 must be the fixed point the recursion reaches from c1
-        cs = _c_star_vec(K, sw[ok], sb[ok], qs[ok])[0]
+        cs = _c_star_f64(K, sw[ok], sb[ok], qs[ok])[0]
         bad = np.abs(cs - 0.5) > 1e-6
         sw[np.nonzero(ok)[0][bad]] = np.nan
     return sw, qs
 
 
+def _neutrality_refined(N, sb, q0):
+    """sigma_w2 on the neutrality line to dps digits: the float64 root q0 of h refined on the mp maps
+    by :meth:`_Mp.refine` (within 1e-8 q0)."""
+    with mpmath.workdps(N.dps + 10):
+        sbm = to_mpf(sb)
+        root = N.refine(lambda q: _neutral_residual(N, q, sbm)[1], q0, 1e-8 * mpmath.mpf(q0), "neutrality",
+                        lambda r: f"neutrality: the mpmath root left the float64 bracket at q = {q0!r} (dps={N.dps})")
+        sw = (root - sbm) / N.V(root)
+    with mpmath.workdps(N.dps):
+        return +sw
+
+
 def neutrality(act, sigma_b2, dps=None, sigma_w2_max=50.0):
     """sigma_w2 where c* = 1/2 (gamma* = 1) at each sigma_b2 > 0, by root finding on the
-    eliminated equation of :func:`_neutrality_vec` (float64, arrays broadcast); dps=N refines
+    eliminated equation of :func:`neutrality_line` (float64, arrays broadcast); dps=N refines
     the root in mpmath (secant from the float64 root, verified by its residual). Raises
     ValueError where c* stays above 1/2 for every sigma_w2 <= sigma_w2_max."""
     K = kernel(act)
     dps = check.dps("neutrality", dps)
     sb = check.real("neutrality", "sigma_b2", sigma_b2, lo=0, lo_open=True)
     wmax = float(check.real("neutrality", "sigma_w2_max", sigma_w2_max, lo=0, lo_open=True))
-    sw, qs = _neutrality_vec(K, sb.ravel(), wmax)
+    sw, qs = neutrality_line(K, sb.ravel(), wmax)
     if np.isnan(sw).any():
         bad = sb.ravel()[np.isnan(sw)]
         raise ValueError(f"{K.act.name} has no neutrality line at sigma_b2 = {', '.join(f'{v:g}' for v in bad[:5])}"
@@ -588,30 +682,9 @@ def neutrality(act, sigma_b2, dps=None, sigma_w2_max=50.0):
                          f"(prejudiced) there, or 1/2 is not the fixed point reached from c^(1).")
     if dps is None:
         return sw.reshape(sb.shape) if sb.ndim else float(sw[0])
-    out = np.empty(sb.size, dtype=object)
-    for i, (b, q0) in enumerate(zip(sb.ravel(), qs)):
-        out[i] = _neutrality_mp(K, float(b), float(q0), dps)
+    N = _Mp(K, dps)
+    out = _objects([_neutrality_refined(N, b, q0) for b, q0 in zip(sb.ravel().tolist(), qs.tolist())])
     return out.reshape(sb.shape) if sb.ndim else out[0]
-
-
-def _neutrality_mp(K, sb, q0, dps):
-    from symfield.symbolic.gaussian import q1 as Q1, q2 as Q2, q12 as Q12
-    with mpmath.workdps(dps + 10):
-        sbm = to_mpf(sb)
-
-        def V(qv):
-            return evaluate(K.V, (Q,), (qv,), K.kinks, dps)
-
-        def h(qv):
-            return ((qv - sbm) / V(qv) * evaluate(K.C, (Q1, Q2, Q12), (qv, qv, qv / 2), K.kinks, dps) + sbm) / qv \
-                - mpmath.mpf(1) / 2
-        qm = mpmath.mpf(q0)
-        root = _root(h, qm, qm * (1 + mpmath.mpf(10) ** -9), dps, "neutrality")
-        if abs(root - qm) > 1e-8 * qm:
-            raise ArithmeticError(f"neutrality: the mpmath root left the float64 bracket at q = {q0!r} (dps={dps})")
-        sw = (root - sbm) / V(root)
-    with mpmath.workdps(dps):
-        return +sw
 
 
 PHASES = ("ordered-deep-prejudice", "edge-of-chaos", "chaotic-deep-prejudice", "prejudice", "neutrality")
@@ -627,9 +700,11 @@ class Phase:
     slope: float
 
 
-def _phase_vec(K, sw, sb, tol):
-    """(codes into PHASES, q*, c*, gamma*, slope) for 1-D arrays sw, sb (MATH.md section 6)."""
-    cs, qs = _c_star_vec(K, sw, sb)
+def phase_fields(K, sigma_w2, sigma_b2, eoc_tol):
+    """(codes into PHASES, q*, c*, gamma*, slope) of kernel K for 1-D float64 arrays sigma_w2,
+    sigma_b2 (docs/theory.md section 6; the rules of :func:`phase`)."""
+    sw, sb, tol = sigma_w2, sigma_b2, eoc_tol
+    cs, qs = _c_star_f64(K, sw, sb)
     finite = (qs > 0) & (qs < math.inf)
     qe = np.where(finite, qs, _limit_q(K, qs))
     slope = sw * _maps(K).dpsi2(qe)
@@ -649,7 +724,7 @@ def phase(act, sigma_w2, sigma_b2, eoc_tol=1e-6, full=False):
     sw = float(check.real("phase", "sigma_w2", sigma_w2, lo=0))
     sb = float(check.real("phase", "sigma_b2", sigma_b2, lo=0))
     tol = float(check.real("phase", "eoc_tol", eoc_tol, lo=0))
-    codes, qs, cs, gamma, slope = (v[0] for v in _phase_vec(K, np.array([sw]), np.array([sb]), tol))
+    codes, qs, cs, gamma, slope = (v[0] for v in phase_fields(K, np.array([sw]), np.array([sb]), tol))
     label = PHASES[int(codes)]
     return Phase(label, float(qs), float(cs), float(gamma), float(slope)) if full else label
 
@@ -660,8 +735,9 @@ def _depth_scale(func, act, sigma_w2, sigma_b2, slope_of):
     sb = check.real(func, "sigma_b2", sigma_b2, lo=0)
     sw, sb = np.broadcast_arrays(sw, sb)
     out = np.empty(sw.shape)
+    c_all, q_all = (v.reshape(sw.shape) for v in _c_star_f64(K, sw.ravel(), sb.ravel()))
     for idx in np.ndindex(sw.shape):
-        cs, qs = _c_star_scalar(K, float(sw[idx]), float(sb[idx]))
+        cs, qs = float(c_all[idx]), float(q_all[idx])
         if not 0 < qs < math.inf:
             out[idx] = math.nan  # no finite variance fixed point: the depth scale is not defined
             continue
@@ -679,6 +755,5 @@ def xi_q(act, sigma_w2, sigma_b2):
 
 def xi_c(act, sigma_w2, sigma_b2):
     """Depth scale of c: 1/xi_c = -ln[sigma_w2 E phi'(u) phi'(v)] at (q*, c*); diverges at the EOC."""
-    from symfield.symbolic.gaussian import q1 as Q1, q2 as Q2, q12 as Q12
     return _depth_scale("xi_c", act, sigma_w2, sigma_b2,
                         lambda K, qs, cs: float(evaluate(K.dC, (Q1, Q2, Q12), (qs, qs, cs * qs), K.kinks)))

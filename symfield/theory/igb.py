@@ -1,4 +1,4 @@
-"""Initial guessing bias (IGB): drift ratio gamma and the class-fraction distributions (MATH.md s. 5).
+"""Initial guessing bias (IGB): drift ratio gamma and the class-fraction distributions (docs/theory.md s. 10).
 
 Bridge theorem: q_aa = sigma_mu2 + sigma_y2, q_ab = sigma_mu2, so
     gamma = sigma_mu2/sigma_y2 = q_ab/(q_aa - q_ab),   c = gamma/(1 + gamma).
@@ -10,7 +10,6 @@ import numpy as np
 from scipy import special
 
 from symfield.core import validate
-
 
 
 def _gamma(func, gamma, *, allow_inf=False, positive=False):

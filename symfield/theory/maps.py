@@ -1,4 +1,4 @@
-"""Layer maps in numbers: q_map, qab_map, chi1, chi1_tilde, q_growth (MATH.md section 2).
+"""Layer maps in numbers: q_map, qab_map, chi1, chi1_tilde, q_growth (docs/theory.md section 2).
 
     q'   = sigma_w2 V(q) + sigma_b2
     q12' = sigma_w2 C(Q1, Q2, Q12) + sigma_b2
@@ -15,10 +15,16 @@ import mpmath
 import numpy as np
 
 from symfield.core import validate as check
-from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
+from symfield.numeric import tables
+from symfield.numeric.evaluate import GUARD_DIGITS, evaluate, to_mpf
+from symfield.symbolic.gaussian import homogeneous
+from symfield.symbolic.gaussian import q as Q
+from symfield.symbolic.gaussian import q1 as Q1
+from symfield.symbolic.gaussian import q2 as Q2
+from symfield.symbolic.gaussian import q12 as Q12
 from symfield.symbolic.integrals import Kind, kinds
 from symfield.symbolic.kernel import kernel
-from symfield.numeric.evaluate import GUARD_DIGITS, evaluate, to_mpf
+from symfield.symbolic.kernel_type import MAPS
 
 
 def _num(func, name, value, dps, **rule):
@@ -49,12 +55,37 @@ def V(act, q, dps=None):
 
 
 def _pair(func, q1, q2, q12, dps):
-    """Validated (q1, q2, q12) with |q12| <= sqrt(q1 q2)."""
+    """Validated (q1, q2, q12) with |q12| <= sqrt(q1 q2); a q12 that the check lets through a few ulps
+    beyond the bound (c = 1 written as sqrt(q1 q2) in float64) is put on it, so S = sqrt(q1 q2 - q12^2)
+    stays real."""
     a = _num(func, "q1", q1, dps, lo=0, lo_open=True)
     b = _num(func, "q2", q2, dps, lo=0, lo_open=True)
     c = _num(func, "q12", q12, dps)
     check.covariance(func, *(np.asarray(v, float) for v in (a, b, c)))
-    return a, b, c
+    clip = np.frompyfunc(_on_bound if dps is None else _on_bound_mp, 3, 1)
+    edge = np.abs(np.asarray(c, float)) >= np.sqrt(np.asarray(a, float) * np.asarray(b, float)) * (1 - 1e-15)
+    if not np.any(edge):
+        return a, b, c
+    if dps is None:
+        return a, b, np.where(edge, np.asarray(clip(a, b, c), dtype=float), c)
+    with mpmath.workdps(dps + GUARD_DIGITS):
+        return a, b, clip(a, b, c)
+
+
+def _on_bound(x, y, z):
+    """z moved towards 0 by whole ulps until z^2 <= x y holds exactly (x, y, z float64)."""
+    x, y, z = float(x), float(y), float(z)
+    with mpmath.workprec(300):           # exact for products of doubles
+        while mpmath.mpf(z) ** 2 > mpmath.mpf(x) * mpmath.mpf(y):
+            z = math.nextafter(z, 0.0)
+    return z
+
+
+def _on_bound_mp(x, y, z):
+    """z put 10^-(working digits - 2) inside the bound, far above the working precision's rounding (so
+    S^2 = x y - z^2 stays positive) and far below the dps promise (C is Lipschitz in q12)."""
+    bound = mpmath.sqrt(x * y) * (1 - mpmath.mpf(10) ** (2 - mpmath.mp.dps))
+    return max(-bound, min(z, bound))
 
 
 _TABULATED: dict = {}   # Kernel -> whether sf.C takes the table path (max-pool C without a closed form)
@@ -83,7 +114,6 @@ def C(act, q1, q2, q12, dps=None):
     if dps is None and _tabulated(K) and _scalar(q1) and _scalar(q2) and _scalar(q12):
         a, b, c = float(q1), float(q2), float(q12)
         if 0 < a < math.inf and 0 < b < math.inf and abs(c) <= math.sqrt(a * b) * (1 + 4e-16):
-            from symfield.numeric import tables
             slow = lambda: float(evaluate(K.C, (Q1, Q2, Q12), (np.asarray(a), np.asarray(b), np.asarray(c)), K.kinks, None))
             try:
                 return tables.fast_C(K, a, b, c, slow)
@@ -135,7 +165,6 @@ def q_growth(act, sigma_w2, dps=None):
     K = kernel(act)
     dps = check.dps("q_growth", dps)
     sw = _num("q_growth", "sigma_w2", sigma_w2, dps, lo=0)
-    from symfield.symbolic.gaussian import homogeneous
     h = homogeneous(K.act.expr)
     if h is None or h[0] != 1:
         raise NotImplementedError(f"q_growth needs a positively homogeneous activation (psi(t u) = t psi(u), t > 0, "
@@ -145,7 +174,6 @@ def q_growth(act, sigma_w2, dps=None):
 
 def map_value(act, name, *args, dps=None):
     """Evaluate one kernel map by name ('V', 'C', 'mean', 'dpsi2', 'dC', 'dV') at (q) or (q1, q2, q12)."""
-    from symfield.symbolic.kernel import MAPS
     K = kernel(act)
     if name not in MAPS:
         raise ValueError(f"The 'name' parameter of map_value must be one of {MAPS}. Got {name!r} instead.")

@@ -1,7 +1,7 @@
-"""Phase diagrams on (sigma_w2, sigma_b2) grids (Table 1 of Bassi et al.; MATH.md section 6).
+"""Phase diagrams on (sigma_w2, sigma_b2) grids (Table 1 of Bassi et al.; docs/theory.md section 6).
 
 Every grid point is classified from its fixed points, computed for the whole grid at once
-(vectorised bracketing root finders of :mod:`symfield.fixedpoint`): q* from the variance map,
+(vectorised bracketing root finders of :mod:`symfield.theory.fixedpoint`): q* from the variance map,
 c* the stable fixed point of the c-map reached from c^(1), gamma* = c*/(1 - c*) and the slope
 chi1 = sigma_w2 E[psi'^2](q*). The EOC curve (chi1 = 1) and the neutrality line (c* = 1/2) are
 root-found per sigma_b2, never read off the grid.
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from symfield.core import validate as check
-from symfield.theory.fixedpoint import PHASES, _eoc_scalar, _neutrality_vec, _phase_vec
+from symfield.theory.fixedpoint import PHASES, eoc_point, neutrality_line, phase_fields
 from symfield.symbolic.kernel import kernel
 
 
@@ -64,18 +64,18 @@ def phase_diagram(act, sigma_w2, sigma_b2, depth=None, eoc_tol=1e-6) -> PhaseDia
     if depth is not None:
         depth = check.integer("phase_diagram", "depth", depth, lo=1)
     W, B = np.meshgrid(sw_axis, sb_axis, indexing="ij")
-    codes, qs, cs, gamma, slope = _phase_vec(K, W.ravel(), B.ravel(), tol)
+    codes, qs, cs, gamma, slope = phase_fields(K, W.ravel(), B.ravel(), tol)
     shape = W.shape
     eoc = np.full(sb_axis.shape, np.nan)
     for i, b in enumerate(sb_axis):
         try:
-            eoc[i] = _eoc_scalar(K, float(b), None)[0]
+            eoc[i] = eoc_point(K, float(b))[0]
         except (ValueError, ArithmeticError):
             pass  # no EOC curve at this sigma_b2 (e.g. positively homogeneous psi with sigma_b2 > 0)
     neut = np.full(sb_axis.shape, np.nan)
     pos = sb_axis > 0
     if pos.any():
-        neut[pos] = _neutrality_vec(K, sb_axis[pos])[0]
+        neut[pos] = neutrality_line(K, sb_axis[pos])[0]
     c_d = g_d = None
     if depth is not None:
         from symfield.theory.propagate import propagate

@@ -2,7 +2,7 @@
 
     layer 1 (linear):  q = sigma_w2 q0 + sigma_b2,    q12 = sigma_w2 q12_0 + sigma_b2
     layer l >= 2:      q' = sigma_w2 V(q) + sigma_b2,  q12' = sigma_w2 C(qa, qb, q12) + sigma_b2
-    residual=alpha:    q' = q + alpha^2 (sigma_w2 V(q) + sigma_b2)        (MATH.md section 8)
+    residual=alpha:    q' = q + alpha^2 (sigma_w2 V(q) + sigma_b2)        (docs/theory.md section 8)
 
 One recursion (``codegen.STEP_SOURCE``, grid kernel ``codegen.GRID_SOURCE``), three ways to get V, C:
 
@@ -27,6 +27,8 @@ from functools import cached_property
 import numpy as np
 
 from symfield.core import validate as check
+from symfield.numeric import codegen, tables
+from symfield.numeric.evaluate import evaluate
 from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
 from symfield.symbolic.kernel import kernel
 
@@ -71,7 +73,7 @@ class Propagation:
 
     @cached_property
     def gamma(self) -> np.ndarray:
-        """Drift ratio gamma = q12/(q - q12) (MATH.md section 5); = c/(1 - c) with unequal norms."""
+        """Drift ratio gamma = q12/(q - q12) (docs/theory.md section 7); = c/(1 - c) with unequal norms."""
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             if self.qbb is None:
                 return self.qab / (self.q - self.qab)
@@ -130,7 +132,7 @@ def propagate(act, sigma_w2, sigma_b2, depth, q0=1.0, qab0=0.0, layers=None, res
     ----------
     act : activation or spec string.
     sigma_w2, sigma_b2 : weight and bias VARIANCES, scalars or arrays broadcast to the grid.
-    depth : number of layers L >= 1; layer 1 is linear (MATH.md section 1).
+    depth : number of layers L >= 1; layer 1 is linear (docs/theory.md section 1).
     q0, qab0, qbb0 : input variances and covariance (defaults: normalised, uncorrelated,
         equal norms). With qbb0 != q0 the second input's variance has its own recursion
         and ``.qbb`` is returned.
@@ -157,7 +159,6 @@ def propagate(act, sigma_w2, sigma_b2, depth, q0=1.0, qab0=0.0, layers=None, res
 
     module, error, info = None, {}, {}
     if K.closed_form:
-        from symfield.numeric import codegen
         try:
             module = codegen.load(K)
         except NotImplementedError:
@@ -166,7 +167,6 @@ def propagate(act, sigma_w2, sigma_b2, depth, q0=1.0, qab0=0.0, layers=None, res
         out_qa, out_qb, out_qab, status = _run_numba(module, *args)
         how = "numba-generated"
     else:
-        from symfield.numeric.tables import TableError
         T = None if method == "quadrature" else _table_for(K, general, swf.size * max(depth - 1, 0), method)
         if T is not None:
             try:
@@ -174,7 +174,7 @@ def propagate(act, sigma_w2, sigma_b2, depth, q0=1.0, qab0=0.0, layers=None, res
                 how = "numba-table" + ("+numpy-quadrature" if n_quad else "")
                 error = T.error
                 info = dict(table=T.describe(), table_path=T.info.get("path"), points_on_quadrature=n_quad)
-            except TableError as err:   # the first build failed its accuracy checks: say so, use quadrature
+            except tables.TableError as err:   # the first build failed its accuracy checks: say so, use quadrature
                 T, info = None, dict(table_refused=str(err))
         if T is None:
             out_qa, out_qb, out_qab, status = _run_numpy(K, *args)
@@ -192,7 +192,6 @@ def propagate(act, sigma_w2, sigma_b2, depth, q0=1.0, qab0=0.0, layers=None, res
 def _table_for(K, general, work, method):
     """The table to use, or None (quadrature): not tabulable, unequal norms for a non-homogeneous
     psi, or (method "auto") a tiny job whose table is not on disk yet."""
-    from symfield.numeric import tables
     try:
         T = tables.table(K)
     except NotImplementedError:
@@ -206,7 +205,6 @@ def _table_for(K, general, work, method):
 
 def _run_numba(module, sw, sb, qa0, qb0, qab0, depth, store, alpha2, residual, general, M=None):
     """One pass of the compiled kernel from layer 1 at every point (closed forms never leave the domain)."""
-    from symfield.numeric import codegen
     n = sw.size
     out_qa, out_qb, out_qab, status = _outputs(store.size, n, general)
     state = [np.ones(n, dtype=np.int64), np.zeros(n), np.zeros(n), np.zeros(n)]
@@ -228,7 +226,6 @@ def _run_table(K, T, sw, sb, qa0, qb0, qab0, depth, store, alpha2, residual, gen
     A point leaving the table stops with status 2 and its state; the table is extended to cover
     the stopped points (generously: x4 up, /8 down, to q = 0 below 2^(E0+3)) and they continue. Points
     beyond the table cap, or whose extension fails, continue on the quadrature path."""
-    from symfield.numeric import tables
     n = sw.size
     out_qa, out_qb, out_qab, status = _outputs(store.size, n, general)
     start = np.ones(n, dtype=np.int64)
@@ -268,7 +265,6 @@ def _run_table(K, T, sw, sb, qa0, qb0, qab0, depth, store, alpha2, residual, gen
 
 def _extend(T, lo, hi):
     """Grow a general table to cover [lo, hi] with margins (see _run_table)."""
-    from symfield.numeric import tables
     qlo, qhi = T.q_range
     new_lo = lo if not (lo < qlo) else (0.0 if lo < 2.0 ** (tables.E0 + 3) else lo / 8)
     new_hi = hi if not (hi >= qhi) else min(4 * hi, 2.0 ** tables.Q_CAP_EXP * 0.99)
@@ -280,8 +276,6 @@ def _extend(T, lo, hi):
 
 def _numpy_step(K):
     """codegen.STEP_SOURCE executed with vectorised quadrature maps (the same recursion text)."""
-    from symfield.numeric import codegen
-    from symfield.numeric.evaluate import evaluate
 
     def V(M, qv):
         return evaluate(K.V, (Q,), (qv,), K.kinks)
@@ -289,9 +283,7 @@ def _numpy_step(K):
     def C(M, a, b, c):
         return evaluate(K.C, (Q1, Q2, Q12), (a, b, c), K.kinks)
 
-    ns = {"V": V, "C": C}
-    exec(compile(codegen.STEP_SOURCE, "<symfield.codegen.STEP_SOURCE>", "exec"), ns)
-    return ns["first_layer"], ns["layer_step"]
+    return codegen.step_functions(V, C)
 
 
 def _run_numpy(K, sw, sb, qa0, qb0, qab0, depth, store, alpha2, residual, general,

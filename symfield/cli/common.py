@@ -1,0 +1,71 @@
+"""Helpers shared by the ``symfield`` commands: the parser class, errors, activations, ranges, files."""
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+
+EPILOG = """examples:
+  symfield list                             built-in activations
+  symfield kernel tanh                      symbolic maps and how each was obtained
+  symfield kernel relu --pool max --k 2 --json
+  symfield map erf --q 1 --q12 0.5 --sigma-w2 1.5 --sigma-b2 0.1 --dps 30
+  symfield propagate relu --sigma-w2 2.5 --sigma-b2 0.1 --depth 30 -o relu.csv
+  symfield qstar tanh --sigma-w2 1.76095 --sigma-b2 0.05 --dps 30
+  symfield eoc tanh --sigma-b2 0.05 --dps 50
+  symfield eoc-curve tanh --sigma-b2 0:0.3:31 -o eoc.nc
+  symfield neutrality tanh --sigma-b2 0.01:0.2:20 --json
+  symfield phase tanh --plot phase.png      phase diagram (sigma_b2 on x, sigma_w2 on y)
+  symfield phase relu --pool max --k 2 --sigma-w2 0.5:4:36 --sigma-b2 0:0.2:21 -o relu-max2.nc
+  symfield divergence relu --sigma-w2 2.5 --sigma-b2 0.1 --depth 400 --plot div.png
+  symfield simulate tanh --sigma-w2 2.5 --sigma-b2 0.1 --width 2000 --depth 60 --plot depth.png
+  symfield gradients relu --sigma-w2 2.5 --sigma-b2 0.1 --width 300 --depth 20 --plot grad.png
+  symfield derive "x*erf(x)" -o xerf.tex
+  symfield verify "x*erf(x)"
+  symfield sweep eoc tanh --sigma-b2 0.01:0.3:30 --dps 30 -d runs/tanh-eoc
+  symfield bench tanh --quick
+Ranges are start:stop:num (num points, both ends included); write negative starts as --sigma-w2=-1:2:3.
+Progress bars appear on a terminal only (stderr); piped output stays clean.
+"""
+
+
+def fail(message):
+    """Print ``symfield: error: message`` on stderr; return the exit code 2."""
+    print(f"symfield: error: {message}", file=sys.stderr)
+    return 2
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line on stderr and exit code 2."""
+
+    def error(self, message):
+        raise SystemExit(fail(message))
+
+
+def act_arg(args):
+    """The activation of ``args.activation`` (pooled by ``--pool``/``--k`` when given), quietly."""
+    from symfield.symbolic.activation import activation
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return activation(args.activation, pool=args.pool, k=args.k) if args.pool else activation(args.activation)
+
+
+def parse_range(text, name):
+    """'start:stop:num' (num >= 1 points, inclusive) or a single number -> 1-D array."""
+    import numpy as np
+    parts = text.split(":")
+    try:
+        if len(parts) == 1:
+            return np.array([float(parts[0])])
+        if len(parts) == 3 and int(parts[2]) >= 1:
+            return np.linspace(float(parts[0]), float(parts[1]), int(parts[2]))
+    except ValueError:
+        pass
+    raise ValueError(f"{name} must be a number or start:stop:num with num >= 1 (e.g. 0:4:401); got {text!r}")
+
+
+def writable(path, name, suffixes):
+    """``path`` checked before any work (accepted suffix, writable directory): symfield.io.output.writable."""
+    from symfield.io.output import writable as check_writable
+    return check_writable(path, name, suffixes)
+

@@ -26,6 +26,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from symfield.core import validate as check
+from symfield.numeric.evaluate import NUMPY_MODULES, vectorised
+from symfield.symbolic.formula import X
+from symfield.symbolic.kernel import kernel
+from symfield.theory.maps import C as Cmap
+from symfield.theory.maps import V as Vmap
+from symfield.theory.maps import q_map, qab_map
+from symfield.theory.propagate import propagate
 
 _F = "bench"
 
@@ -79,7 +86,6 @@ def bench(act="tanh", grid=(256, 256), depth=100, sigma_w2=(0.1, 4.0), sigma_b2=
     check_dps digits; n_traj : cells whose whole trajectories (all layers) are compared with the
     quadrature path (table path only; 0 skips). Small values (grid=(16, 16), depth=10, n_check=2, check_dps=15) run in seconds.
     """
-    from symfield.symbolic.kernel import kernel
     grid = tuple(check.integer(_F, "grid", g, lo=1) for g in _pair(grid, "grid"))
     gh_grid = tuple(check.integer(_F, "gh_grid", g, lo=1) for g in _pair(gh_grid, "gh_grid"))
     depth = check.integer(_F, "depth", depth, lo=2)
@@ -119,7 +125,6 @@ def bench(act="tanh", grid=(256, 256), depth=100, sigma_w2=(0.1, 4.0), sigma_b2=
 def _time_symfield(K, sw, sb, depth, repeat):
     """(1) sf.propagate on the grid: the first call (code generation/compile, table build) timed apart,
     then the best of ``repeat`` warm calls. Returns (its result, a new BenchResult)."""
-    from symfield.theory.propagate import propagate
     t0 = time.perf_counter()
     r = propagate(K.act, sw, sb, depth, method="table")
     first = time.perf_counter() - t0
@@ -187,7 +192,6 @@ def _time_floors(res, K, r, sw, sb, repeat):
 def _check_trajectories(res, K, r, sw, sb, rng, n_traj):
     """Whole trajectories (all layers) of ``n_traj`` random cells against the quadrature path
     (maps by symfield.numeric, no table)."""
-    from symfield.theory.propagate import propagate
     cells_t = [(int(i), int(j)) for i, j in zip(rng.integers(0, sw.size, n_traj), rng.integers(0, sb.size, n_traj))]
     t0 = time.perf_counter()
     quad = propagate(K.act, np.array([sw[i, 0] for i, _ in cells_t]), np.array([sb[0, j] for _, j in cells_t]),
@@ -228,7 +232,6 @@ def _gh_rule(n):
 
 
 def _phi_numpy(K):
-    from symfield.numeric.evaluate import NUMPY_MODULES, vectorised
     return vectorised(K.act.expr, NUMPY_MODULES)
 
 
@@ -264,7 +267,6 @@ def _gh_maps(K, n):
 
 def _gh_choose(K, states, nodes, target):
     """Smallest n whose per-step map error (V relative, C against V) on the states is <= target."""
-    from symfield.theory.maps import C as Cmap, V as Vmap
     q = np.array([s["q_in"] for s in states])
     q12 = np.array([s["qab_in"] for s in states])
     Vref, Cref = Vmap(K.act, q), Cmap(K.act, q, q, q12)
@@ -297,11 +299,9 @@ def _gh_recursion(K, sw, sb, depth, n):
 def _scipy(K, states):
     """Seconds per cell-layer of quad (V) + dblquad (C) and their per-step errors."""
     import scipy.integrate as si
-    from symfield.theory.maps import C as Cmap, V as Vmap
     if K.act.pool is not None and K.act.k > 1:
         raise NotImplementedError("the SciPy baseline covers single-node activations")
     import sympy as sp
-    from symfield.symbolic.formula import X
     phi = sp.lambdify(X, K.act.expr, modules=["math", "mpmath"])
     npdf = lambda t: math.exp(-0.5 * t * t) / math.sqrt(2 * math.pi)
     total, errs = 0.0, []
@@ -375,7 +375,6 @@ def _floor(name):
 def _mp_check(K, r, sw, sb, states, dps):
     """One-step errors of symfield against sf.q_map/qab_map(dps) on symfield's own layer inputs."""
     import mpmath
-    from symfield.theory.maps import q_map, qab_map
     eq, eqab, eqab_q, worst = 0.0, 0.0, 0.0, None
     t0 = time.perf_counter()
     for s in states:

@@ -36,9 +36,13 @@ import sympy as sp
 from symfield.core import validate
 from symfield.core.timelimit import TimeLimitExceeded, call_with_time_limit
 from symfield.reports.oracles import mc_expect, mp_expect1, mp_expect2
-from symfield.symbolic.activation import activation, check_gaussian_moments, kinks as find_kinks
-from symfield.symbolic.formula import X as x
+from symfield.symbolic.activation import activation, check_gaussian_moments
+from symfield.symbolic.activation import kinks as find_kinks
 from symfield.symbolic.formula import FormulaError, parse
+from symfield.symbolic.formula import X as x
+from symfield.symbolic.kernel import MAPS, kernel
+from symfield.theory import fixedpoint as fp
+from symfield.theory import maps
 
 REL_TOL = 1e-9          # package vs mpmath, in the map's natural scale
 MC_SIGMAS = 5.0         # package vs Monte Carlo: |diff| <= 5 standard errors
@@ -166,7 +170,6 @@ def verify(formula, *, seed=0, n_mc=200_000, dps=20, phase_seconds=PHASE_SECONDS
             return rep
         act = activation(formula)
     rep.activation = act.name
-    from symfield.symbolic.kernel import MAPS, kernel
     K = kernel(act)
     rep.methods = {n: K.methods[n] for n in MAPS}
     rep.closed_form = K.closed_form
@@ -222,24 +225,23 @@ def _float64_problems(rep, phi):
 
 
 def _three_way(rep, act, phi, zz, dps):
-    from symfield.theory.maps import map_value
     V = {}
     for qv in Q_POINTS:
         for name, which in (("V", "phi"), ("chi1 (sigma_w2 = 1)", "dphi")):
             key = "V" if name == "V" else "dpsi2"
-            pkg = float(map_value(act, key, qv))
+            pkg = float(maps.map_value(act, key, qv))
             ref = float(mp_expect1(lambda t, f=phi.f(which): f(t) ** 2, qv, phi.kinks, dps))
             mc, se = mc_expect(phi.vf(which), phi.vf(which), zz, qv)
             if key == "V":
                 V[qv] = ref
             _record(rep, name, (qv,), pkg, ref, mc, se, abs(ref))
     for qv in (1.0,):
-        pkg = float(map_value(act, "mean", qv))
+        pkg = float(maps.map_value(act, "mean", qv))
         ref = float(mp_expect1(phi.f("phi"), qv, phi.kinks, dps))
         mc, se = mc_expect(phi.vf("phi"), None, zz, qv)
         _record(rep, "E[psi]", (qv,), pkg, ref, mc, se, math.sqrt(V[qv]))
     for a, b, c in C_POINTS:
-        pkg = float(map_value(act, "C", a, b, c))
+        pkg = float(maps.map_value(act, "C", a, b, c))
         ref = float(mp_expect2(phi.f("phi"), phi.f("phi"), a, b, c, phi.kinks))
         mc, se = mc_expect(phi.vf("phi"), phi.vf("phi"), zz, a, b, c)
         va = float(mp_expect1(lambda t: phi.f("phi")(t) ** 2, a, phi.kinks, 15))
@@ -263,11 +265,10 @@ def _record(rep, name, point, pkg, ref, mc, se, scale):
 
 
 def _drift(rep, act, K):
-    from symfield.theory.maps import map_value
     exact_zero = sp.simplify(K.mean) == 0 if not K.mean.has(sp.Integral) else \
         sp.expand(act.expr + act.expr.subs(x, -x)) == 0 and act.pool in (None, "avg")
-    m = float(map_value(act, "mean", 1.0))
-    V = float(map_value(act, "V", 1.0))
+    m = float(maps.map_value(act, "mean", 1.0))
+    V = float(maps.map_value(act, "V", 1.0))
     mc = next(c for c in rep.checks if c.quantity == "E[psi]")
     creates = not exact_zero and abs(m) > max(MC_SIGMAS * mc.mc_stderr, 1e-12 * math.sqrt(V))
     gamma2 = 0.0 if exact_zero else m * m / (V - m * m)
@@ -278,11 +279,10 @@ def _drift(rep, act, K):
 
 
 def _eoc(rep, act, phi, dps):
-    from symfield.theory.fixedpoint import eoc
     for sb in SIGMA_B2:
         row = dict(sigma_b2=sb, sigma_w2=None, q_star=None, note="")
         try:
-            e = eoc(act, sb)
+            e = fp.eoc(act, sb)
         except ArithmeticError as err:
             row["note"] = f"root finding failed: {err}"
             rep.fail(f"EOC at sigma_b2 = {sb:g}: {err}")
@@ -316,12 +316,11 @@ def _eoc(rep, act, phi, dps):
 
 
 def _phases(rep, act, seconds):
-    from symfield.theory.fixedpoint import phase
     for label, sw, sb in INITS:
         row = dict(init=label, sigma_w2=sw, sigma_b2=sb, phase=None, c_star=None, chi1=None, seconds=None, note="")
         t = time.perf_counter()
         try:
-            p = call_with_time_limit(seconds, phase, act, sw, sb, 1e-6, True)
+            p = call_with_time_limit(seconds, fp.phase, act, sw, sb, 1e-6, True)
         except TimeLimitExceeded:
             row["note"] = f"not determined within {seconds:g} s"
             rep.problems.append(f"slow: the phase at {label} (sigma_w2 = {sw:.4g}, sigma_b2 = {sb:g}) was not "

@@ -34,10 +34,16 @@ import mpmath
 import numpy as np
 
 from symfield.core import validate as check
-from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
-from symfield.symbolic.kernel import kernel
-from symfield.numeric.evaluate import evaluate, to_mpf
+from symfield.numeric import tables
+from symfield.numeric.evaluate import evaluate, evaluator, to_mpf
+from symfield.numeric.table1d import Table1D
 from symfield.numeric.vroot import vroot
+from symfield.symbolic.gaussian import homogeneous
+from symfield.symbolic.gaussian import q as Q
+from symfield.symbolic.gaussian import q1 as Q1
+from symfield.symbolic.gaussian import q2 as Q2
+from symfield.symbolic.gaussian import q12 as Q12
+from symfield.symbolic.kernel import kernel
 
 Q_MIN, Q_MAX = 1e-12, 1e12
 
@@ -82,7 +88,6 @@ def _chi1_constant(K):
 def _degree_one(K):
     """psi positively homogeneous of degree 1 (then V/q, C/q and dpsi2 do not depend on q)."""
     if K not in _DEGREE_ONE:
-        from symfield.symbolic.gaussian import homogeneous
         h = homogeneous(K.act.expr)
         _DEGREE_ONE[K] = bool(h and h[0] == 1)
     return _DEGREE_ONE[K]
@@ -98,8 +103,6 @@ class _Maps:
     def __init__(self, K):
         import sympy as sp
 
-        from symfield.numeric.evaluate import evaluator
-        from symfield.numeric.table1d import Table1D
         self.K = K
         self._V = evaluator(K.V, (Q,), K.kinks)
         self._d = evaluator(K.dpsi2, (Q,), K.kinks)
@@ -110,7 +113,6 @@ class _Maps:
             self._d = Table1D(self._d, key=f"dpsi2 {sp.srepr(K.dpsi2)} kinks {K.kinks!r}")
         self._T = None
         if K.C.has(sp.Integral):
-            from symfield.numeric import tables
             try:
                 self._T, self._mod = tables.table(K), tables.load_module()
             except (NotImplementedError, tables.TableError):
@@ -126,7 +128,6 @@ class _Maps:
         q, c = np.broadcast_arrays(np.asarray(q, float), np.asarray(c, float))
         if self._T is None:
             return self._C(q, q, c * q)
-        from symfield.numeric import tables
         qf, cf = q.ravel(), c.ravel()
         out = np.full(qf.shape, np.nan)
         ok = (qf >= 0) & (qf < 2.0 ** tables.Q_CAP_EXP * 0.99)

@@ -25,6 +25,7 @@ from symfield.symbolic.gaussian import q12 as Q12
 from symfield.symbolic.integrals import Kind, kinds
 from symfield.symbolic.kernel import kernel
 from symfield.symbolic.kernel_type import MAPS
+from symfield.theory.fixedpoint import q_star
 
 
 def _num(func, name, value, dps, **rule):
@@ -149,7 +150,6 @@ def chi1(act, sigma_w2, sigma_b2, q=None, dps=None):
     sw = _num("chi1", "sigma_w2", sigma_w2, dps, lo=0)
     _num("chi1", "sigma_b2", sigma_b2, dps, lo=0)
     if q is None:
-        from symfield.theory.fixedpoint import q_star
         q = q_star(act, sigma_w2, sigma_b2, dps=dps)
     qv = _num("chi1", "q", q, dps, lo=0, lo_open=True)
     return _combine(sw, 0, evaluate(K.dpsi2, (Q,), (qv,), K.kinks, dps), dps)

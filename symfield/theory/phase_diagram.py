@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from symfield.core import validate as check
-from symfield.theory.fixedpoint import PHASES, eoc_point, neutrality_line, phase_fields
 from symfield.symbolic.kernel import kernel
+from symfield.theory.fixedpoint import PHASES, eoc_point, neutrality_line, phase_fields
+from symfield.theory.propagate import propagate
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,6 @@ def phase_diagram(act, sigma_w2, sigma_b2, depth=None, eoc_tol=1e-6) -> PhaseDia
         neut[pos] = neutrality_line(K, sb_axis[pos])[0]
     c_d = g_d = None
     if depth is not None:
-        from symfield.theory.propagate import propagate
         r = propagate(K.act, W, B, depth, layers=[depth])
         c_d, g_d = r.c[0], r.gamma[0]
     return PhaseDiagram(K.act.name, sw_axis, sb_axis, codes.reshape(shape), qs.reshape(shape),

@@ -55,22 +55,21 @@ def V(act, q, dps=None):
     return evaluate(K.V, (Q,), (qv,), K.kinks, dps)
 
 
-def _pair(func, q1, q2, q12, dps):
-    """Validated (q1, q2, q12) with |q12| <= sqrt(q1 q2); a q12 that the check lets through a few ulps
-    beyond the bound (c = 1 written as sqrt(q1 q2) in float64) is put on it, so S = sqrt(q1 q2 - q12^2)
-    stays real."""
+def _pair(func, q1, q2, q12, dps, expr=None):
+    """Validated (q1, q2, q12) with |q12| <= sqrt(q1 q2). For a closed-form ``expr`` in float64, a q12 that
+    the check lets through a few ulps beyond the bound (c = 1 written as sqrt(q1 q2)) is moved onto it, so
+    S = sqrt(q1 q2 - q12^2) stays real; the quadrature rules of integral maps read q1 q2 - q12^2 exactly
+    and treat |c| = 1 themselves, so their input is left as given."""
     a = _num(func, "q1", q1, dps, lo=0, lo_open=True)
     b = _num(func, "q2", q2, dps, lo=0, lo_open=True)
     c = _num(func, "q12", q12, dps)
     check.covariance(func, *(np.asarray(v, float) for v in (a, b, c)))
-    clip = np.frompyfunc(_on_bound if dps is None else _on_bound_mp, 3, 1)
-    edge = np.abs(np.asarray(c, float)) >= np.sqrt(np.asarray(a, float) * np.asarray(b, float)) * (1 - 1e-15)
+    if dps is not None or expr is None or kinds(expr):
+        return a, b, c
+    edge = np.abs(c) >= np.sqrt(a * b) * (1 - 1e-15)
     if not np.any(edge):
         return a, b, c
-    if dps is None:
-        return a, b, np.where(edge, np.asarray(clip(a, b, c), dtype=float), c)
-    with mpmath.workdps(dps + GUARD_DIGITS):
-        return a, b, clip(a, b, c)
+    return a, b, np.where(edge, np.asarray(np.frompyfunc(_on_bound, 3, 1)(a, b, c), dtype=float), c)
 
 
 def _on_bound(x, y, z):
@@ -80,13 +79,6 @@ def _on_bound(x, y, z):
         while mpmath.mpf(z) ** 2 > mpmath.mpf(x) * mpmath.mpf(y):
             z = math.nextafter(z, 0.0)
     return z
-
-
-def _on_bound_mp(x, y, z):
-    """z put 10^-(working digits - 2) inside the bound, far above the working precision's rounding (so
-    S^2 = x y - z^2 stays positive) and far below the dps promise (C is Lipschitz in q12)."""
-    bound = mpmath.sqrt(x * y) * (1 - mpmath.mpf(10) ** (2 - mpmath.mp.dps))
-    return max(-bound, min(z, bound))
 
 
 _TABULATED: dict = {}   # Kernel -> whether sf.C takes the table path (max-pool C without a closed form)
@@ -120,7 +112,7 @@ def C(act, q1, q2, q12, dps=None):
                 return tables.fast_C(K, a, b, c, slow)
             except (tables.TableError, NotImplementedError):
                 _TABULATED[K] = False
-    return evaluate(K.C, (Q1, Q2, Q12), _pair("C", q1, q2, q12, dps), K.kinks, dps)
+    return evaluate(K.C, (Q1, Q2, Q12), _pair("C", q1, q2, q12, dps, K.C), K.kinks, dps)
 
 
 def q_map(act, q, sigma_w2, sigma_b2, dps=None):
@@ -137,7 +129,7 @@ def qab_map(act, q1, q2, q12, sigma_w2, sigma_b2, dps=None):
     """Covariance map q12 -> sigma_w2 C(Q1, Q2, Q12) + sigma_b2."""
     K = kernel(act)
     dps = check.dps("qab_map", dps)
-    pair = _pair("qab_map", q1, q2, q12, dps)
+    pair = _pair("qab_map", q1, q2, q12, dps, K.C)
     sw = _num("qab_map", "sigma_w2", sigma_w2, dps, lo=0)
     sb = _num("qab_map", "sigma_b2", sigma_b2, dps, lo=0)
     return _combine(sw, sb, evaluate(K.C, (Q1, Q2, Q12), pair, K.kinks, dps), dps)
@@ -181,5 +173,5 @@ def map_value(act, name, *args, dps=None):
     two = name in ("C", "dC")
     if len(args) != (3 if two else 1):
         raise TypeError(f"map_value('{name}') takes {'(q1, q2, q12)' if two else '(q)'}; got {len(args)} values.")
-    vals = _pair("map_value", *args, dps) if two else (_num("map_value", "q", args[0], dps, lo=0, lo_open=True),)
+    vals = _pair("map_value", *args, dps, K[name]) if two else (_num("map_value", "q", args[0], dps, lo=0, lo_open=True),)
     return evaluate(K[name], (Q1, Q2, Q12) if two else (Q,), vals, K.kinks, dps)

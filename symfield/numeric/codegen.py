@@ -38,10 +38,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import re
 import sys
-import tempfile
 from importlib import metadata
 from pathlib import Path
 
@@ -49,7 +47,7 @@ import numpy as np
 import sympy as sp
 from sympy.printing.pycode import PythonCodePrinter
 
-from symfield.core.files import cache_dir
+from symfield.core.files import atomic_write, cache_dir
 from symfield.core.version import __version__
 from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
 
@@ -370,17 +368,7 @@ def write_source(slug: str, src: str) -> Path:
     path = directory / f"sf_{slug}_{digest}.py"
     if path.exists():
         return path
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp_", suffix=".py")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(src)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    return atomic_write(path, src.encode("utf-8"))
 
 
 def write(name: str, V: sp.Expr, C: sp.Expr) -> Path:

@@ -17,13 +17,14 @@ from pathlib import Path
 import numpy as np
 
 
-def cache_dir(kind: str = "codegen") -> Path:
-    """``$SYMFIELD_CACHE/<kind>`` (default ``$XDG_CACHE_HOME/symfield/<kind>``, ``~/.cache/...``)."""
+def cache_dir() -> Path:
+    """``$SYMFIELD_CACHE/codegen`` (default ``$XDG_CACHE_HOME/symfield/codegen``, ``~/.cache/...``): generated
+    modules; the tables live in its ``tables/`` and ``tables1d/`` subfolders."""
     root = os.environ.get("SYMFIELD_CACHE")
     if root:
-        return Path(root).expanduser() / kind
+        return Path(root).expanduser() / "codegen"
     xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(xdg) / "symfield" / kind
+    return Path(xdg) / "symfield" / "codegen"
 
 
 def npz_bytes(arrays: dict, compress: bool = True) -> bytes:

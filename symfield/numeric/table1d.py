@@ -18,7 +18,7 @@ import hashlib
 
 import numpy as np
 
-from symfield.core.files import cache_dir, save_npz
+from symfield.core.files import cache_dir, load_npz, save_npz
 from symfield.core.version import __version__
 from symfield.numeric import chebyshev as cheb
 
@@ -45,8 +45,8 @@ class Table1D:
 
     def _load(self, path):
         try:
-            with np.load(path, allow_pickle=False) as z:
-                self.lo, self.hi, self.coef, self.error = z["lo"], z["hi"], z["coef"], float(z["error"])
+            z = load_npz(path)
+            self.lo, self.hi, self.coef, self.error = z["lo"], z["hi"], z["coef"], float(z["error"])
             return True
         except (OSError, ValueError, KeyError):
             return False    # absent or unreadable: rebuilt

@@ -58,7 +58,7 @@ from pathlib import Path
 import numpy as np
 import sympy as sp
 
-from symfield.core.files import cache_dir, save_npz
+from symfield.core.files import cache_dir, load_npz, save_npz
 from symfield.core.version import __version__
 from symfield.numeric import chebyshev as cheb
 from symfield.numeric import codegen
@@ -833,13 +833,13 @@ def _read(path, K):
     if not path.exists():
         return None
     try:
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(str(z["meta"]))
-            T = Table(K)
-            T.V1, T.info = meta["V1"], meta["info"]
-            for p, d in meta["panels"].items():
-                cells = [(a, b, z[f"c{p}_{j}"]) for j, (a, b) in enumerate(d["cells"])]
-                T.panels[int(p)] = Panel(z[f"v{p}"], cells, d["err"])
+        z = load_npz(path)
+        meta = json.loads(str(z["meta"]))
+        T = Table(K)
+        T.V1, T.info = meta["V1"], meta["info"]
+        for p, d in meta["panels"].items():
+            cells = [(a, b, z[f"c{p}_{j}"]) for j, (a, b) in enumerate(d["cells"])]
+            T.panels[int(p)] = Panel(z[f"v{p}"], cells, d["err"])
         T.info["path"] = str(path)
         return T
     except (OSError, ValueError, KeyError):

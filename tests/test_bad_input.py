@@ -96,7 +96,7 @@ def test_code_injection_is_never_executed(tmp_path):
 def test_cli_bad_input_exit_code_2():
     for args in (["kernel", "tanhh"], ["kernel", "import os"], ["map", "relu", "--q", "-1"],
                  ["kernel", "relu", "--pool", "max", "--k", "0"], ["map", "relu"], ["nosuch"],
-                 ["eoc", "relu", "--sigma-b2", "0.1"], ["eoc", "tanh", "--sigma-b2", "-1"],
+                 ["eoc", "monomial", "--sigma-b2", "0"], ["eoc", "tanh", "--sigma-b2", "-1"],
                  ["propagate", "relu", "--sigma-w2", "1", "--sigma-b2", "0", "--depth", "0"],
                  ["qstar", "tanh", "--sigma-w2", "nan", "--sigma-b2", "0"]):
         r = subprocess.run([sys.executable, "-m", "symfield", *args], capture_output=True, text=True, timeout=120)

@@ -64,9 +64,22 @@ def test_eoc_curve_reproduces_published_tanh_values(capsys):
 
 
 def test_eoc_curve_records_points_without_a_line(capsys):
-    code, out, _ = _cli(capsys, "eoc-curve", "relu", "--sigma-b2", "0:0.1:2", "--json")
+    """x erf(x): E[psi'^2] -> 0 as q -> 0, so no EOC at sigma_b2 = 0 (recorded, null), one at 0.1."""
+    code, out, _ = _cli(capsys, "eoc-curve", "x*erf(x)", "--sigma-b2", "0:0.1:2", "--json")
     d = json.loads(out)
-    assert code == 0 and d["sigma_w2"] == [2.0, None] and d["errors"] == 1
+    assert code == 0 and d["sigma_w2"][0] is None and d["q_star"][0] is None and d["errors"] == 1
+    sw, q = d["sigma_w2"][1], d["q_star"][1]
+    gauss = lambda f: mp.quad(lambda z: f(mp.sqrt(q) * z) * mp.npdf(z), [-mp.inf, 0, mp.inf])  # noqa: E731
+    assert abs(sw * gauss(lambda u: (mp.erf(u) + 2 * u * mp.exp(-u * u) / mp.sqrt(mp.pi)) ** 2) - 1) < 1e-9
+    assert abs(sw * gauss(lambda u: (u * mp.erf(u)) ** 2) + 0.1 - q) < 1e-9 * q
+
+
+def test_json_is_strict_infinite_q_star_as_text(capsys):
+    """relu's EOC is the line sigma_w2 = 2; for sigma_b2 > 0 q grows without bound (q* = inf): JSON
+    has no Infinity token (json.loads with parse_constant rejecting it), inf is the string "inf"."""
+    code, out, _ = _cli(capsys, "eoc-curve", "relu", "--sigma-b2", "0:0.1:2", "--json")
+    d = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert code == 0 and d["sigma_w2"] == [2.0, 2.0] and d["q_star"] == [0.0, "inf"] and d["errors"] == 0
 
 
 def test_eoc_curve_dps_netcdf_satisfies_both_equations(tmp_path, capsys):

@@ -56,9 +56,11 @@ def test_eoc_erf_closed_form_relation():
         assert e.sigma_w2 == pytest.approx(math.pi / 4 * math.sqrt(1 + 4 * e.q_star), rel=1e-13)
 
 
-def test_eoc_relu_has_no_curve_for_positive_bias():
-    with pytest.raises(ValueError, match="positively homogeneous.*no EOC curve"):
-        sf.eoc("relu", 0.1)
+def test_eoc_relu_is_the_vertical_line_two():
+    """Positively homogeneous: chi1 = sigma_w2/2 at every q, so the EOC is sigma_w2 = 2 at every
+    sigma_b2, with q* = inf for sigma_b2 > 0 (tests/test_eoc_homogeneous.py covers the family)."""
+    e = sf.eoc("relu", 0.1)
+    assert (e.sigma_w2, e.q_star) == (2.0, math.inf) and "vertical line" in e.note
 
 
 def test_eoc_dps30_solves_both_equations_independently():
@@ -258,7 +260,7 @@ def test_relu_phase_diagram_c_star_one_and_boundary_at_two():
     assert np.all(pd.labels[sw < 2] == "ordered-deep-prejudice")
     assert np.all(pd.labels[sw > 2] == "chaotic-deep-prejudice")
     assert np.all(pd.labels[sw == 2] == "edge-of-chaos")
-    assert pd.eoc[0] == 2 and np.all(np.isnan(pd.eoc[1:])) and np.all(np.isnan(pd.neutrality))
+    assert np.all(pd.eoc == 2) and np.all(np.isnan(pd.neutrality))      # the EOC: sigma_w2 = 2 at every sigma_b2
 
 
 def test_erf_phase_diagram_agrees_with_pointwise_phase_and_lines():
@@ -331,3 +333,15 @@ def test_eoc_reports_the_stability_of_its_q_star():
     u = sf.eoc("x*erf(x)", 0.02)
     assert not u.stable and 1.3 < u.q_slope < 1.45
     assert sf.q_star("x*erf(x)", u.sigma_w2, 0.02) == math.inf
+
+
+def test_eoc_homogeneous_dps_and_curve_agree_with_phase():
+    """relu at dps=30: sigma_w2 = 2 exactly, q* = +inf; leaky relu (slope 0.5): 1/E[psi'^2] = 2/(1 + 1/4)
+    = 8/5 exactly (psi'^2 = 1 on z > 0, 1/4 on z < 0, each half of the mass); the phase there is the edge."""
+    e = sf.eoc("relu", 0.2, dps=30)
+    assert e.sigma_w2 == 2 and e.q_star == mp.inf and e.q_slope == 1.0
+    act = sf.activation("leaky_relu", slope=0.5)
+    with mp.workdps(40):
+        assert abs(sf.eoc(act, 0.1, dps=30).sigma_w2 - mp.mpf(8) / 5) <= mp.mpf(10) ** -30 * 2
+    assert sf.eoc_curve(act, [0.0, 0.1, 0.3]).tolist() == pytest.approx([1.6] * 3, rel=1e-15)
+    assert sf.phase(act, 1.6, 0.3) == "edge-of-chaos" and sf.phase(act, 1.59, 0.3) == "ordered-deep-prejudice"

@@ -30,7 +30,7 @@ def test_phase_json_counts_and_lines():
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["counts"]["ordered-deep-prejudice"] == 6 and d["counts"]["chaotic-deep-prejudice"] == 6
-    assert d["eoc"][0] == 2.0 and d["eoc"][1] is None
+    assert d["eoc"] == [2.0, 2.0, 2.0] and d["counts"]["edge-of-chaos"] == 3   # relu: sigma_w2 = 2 at every sigma_b2
 
 
 @pytest.mark.parametrize("args,msg", [

@@ -24,6 +24,7 @@ import sympy as sp
 
 import symfield as sf
 from symfield.numeric import codegen
+from symfield.symbolic.distance import distance
 from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
 
 from conftest import TOL
@@ -157,7 +158,7 @@ def test_clamped_gram_determinant():
             out = mod.C(M, a, b, v)
             assert math.isfinite(out) and abs(out - c12 / 2) <= 1e-7 * c12
     assert mod.C(M, 2.0, 2.0, 2.0) == mod.V(M, 2.0)
-    src = Path(codegen.write("relu", sf.kernel("relu").V, sf.kernel("relu").C)).read_text()
+    src = Path(codegen.write("relu", sf.kernel("relu").V, sf.kernel("relu").C, distance(sf.kernel("relu")))).read_text()
     assert "_gram_sqrt(q1, q2, q12)" in src and "math.sqrt(max(q1 * q2 - q12 * q12, 0.0))" in src
     # large q: q1*q2 would overflow float64, the scaled form does not
     for a in (1e160, 3e200, 1e300):
@@ -291,12 +292,13 @@ def test_numpy_path_equals_generated_path():
     for general, qb0, alpha2, residual, expect in [(False, 1.0, 0.0, False, [0, 0, 1]),
                                                    (True, 3.0, 0.0, False, [0, 0, 1]),
                                                    (True, 3.0, 0.25, True, [0, 0, 0])]:
-        args = (sw, sb, 1.0, qb0, 0.5, 300, store, alpha2, residual, general)
-        a = P._run_numba(codegen.load(K), *args)
-        b = P._run_numpy(K, *args)
-        np.testing.assert_array_equal(a[3], b[3])
-        assert a[3].tolist() == expect
-        for x, y in zip(a[:3], b[:3]):
+        args = (sw, sb, 1.0, qb0, 0.5, 1.0 + qb0 - 1.0, 300, store, alpha2, residual, general)
+        (rows_a, status_a, last_a) = P._run_numba(codegen.load(K), *args)
+        (rows_b, status_b, last_b) = P._run_numpy(K, *args)
+        np.testing.assert_array_equal(status_a, status_b)
+        np.testing.assert_array_equal(last_a, last_b)
+        assert status_a.tolist() == expect
+        for x, y in zip(rows_a, rows_b):   # q_aa, q_bb, q_ab, d
             if x.size:
                 np.testing.assert_allclose(x, y, rtol=1e-13, equal_nan=True)
 

@@ -143,11 +143,12 @@ def test_eoc_and_neutrality_dps_equal_direct_mpmath(tmp_path, cluster):
 
 
 def test_points_without_a_line_are_recorded_not_fatal(tmp_path, cluster):
-    r = sweep("eoc", "relu", tmp_path / "r", sigma_b2=[0.0, 0.1], chunk=2, scheduler=cluster)
-    assert r["sigma_w2"][0] == sf.eoc("relu", 0.0).sigma_w2 == 2.0 and np.isnan(r["sigma_w2"][1])
+    # x^2 (monomial): E[psi'^2] = 4q -> 0, no EOC at sigma_b2 = 0; at 0.1 q* = 4 sigma_b2, sigma_w2 = 1/(16 sigma_b2)
+    r = sweep("eoc", "monomial", tmp_path / "r", sigma_b2=[0.0, 0.1], chunk=2, scheduler=cluster)
+    assert np.isnan(r["sigma_w2"][0]) and r["sigma_w2"][1] == pytest.approx(0.625, rel=1e-12)
     with pytest.raises(ValueError) as err:
-        sf.eoc("relu", 0.1)
-    assert r["error"].tolist() == ["", str(err.value).splitlines()[0]]
+        sf.eoc("monomial", 0.0)
+    assert r["error"].tolist() == [str(err.value).splitlines()[0], ""]
 
 
 def test_phase_tiles_equal_phase_diagram_and_netcdf(tmp_path, cluster):

@@ -1,7 +1,6 @@
 """Certified 1-D tables (symfield/table1d.py): accuracy against mpmath, the disk cache, the range."""
 import math
 
-import mpmath
 import numpy as np
 
 import symfield as sf

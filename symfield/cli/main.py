@@ -13,19 +13,19 @@ from symfield.cli.common import act_arg, fail, parse_range, writable
 
 
 def _number(v, dps):
-    """A float64 as its shortest repr, an mpmath number to dps digits."""
-    import mpmath
+    """A number as text: an mpmath number to dps significant digits (symfield.io.output.mp_text),
+    a float64 as its shortest repr (never padded to dps digits it does not have)."""
     import numpy as np
-    v = v.item() if isinstance(v, np.ndarray) else v
-    if not dps:
-        return repr(float(v))
-    return mpmath.nstr(v if isinstance(v, mpmath.mpf) else mpmath.mpf(v), dps)  # mpf(mpf) would round to 15 digits
+
+    from symfield.io.output import mp_text
+    v = v.item() if isinstance(v, (np.ndarray, np.generic)) else v
+    return mp_text(v, dps)
 
 
 def _print(args, values, meta=None):
     """Print named numbers as aligned 'name value' lines, or JSON (with meta) under --json."""
     if args.json:
-        print(json.dumps({**(meta or {}), **values}, indent=2))
+        print(_json({**(meta or {}), **values}))
     else:
         width = max(map(len, values)) + 1
         print("\n".join(f"{k:{width}s} {v}" for k, v in values.items()))
@@ -50,25 +50,34 @@ def _emit(args, out, data, coords, params, dims=None, dps=None, summary=None):
     if out is not None:
         save(out, data, coords, params, dims, dps)
     if args.json:
-        print(json.dumps({"params": params, **(summary or {}), "output": str(out) if out else None},
-                         indent=2, default=lambda v: _json_default(v, dps)))
+        print(_json({"params": params, **(summary or {}), "output": str(out) if out else None}, dps))
     elif out is None:
         save(sys.stdout, data, coords, params, dims, dps)
     else:
         print(f"data: {out}")
 
 
-def _json_default(v, dps=None):
-    """JSON for arrays and numbers: NaN -> null, mpmath numbers -> text with dps digits."""
+def _json(obj, dps=None) -> str:
+    """``obj`` as JSON text (strict: no NaN/Infinity tokens): see :func:`_plain`."""
+    return json.dumps(_plain(obj, dps), indent=2, allow_nan=False)
+
+
+def _plain(v, dps=None):
+    """JSON-ready values: arrays -> lists, NaN -> null, +-inf -> "inf"/"-inf", mpmath numbers -> text
+    with dps significant digits (symfield.io.output.mp_text), everything else as it is."""
     import math
 
     import numpy as np
+    if isinstance(v, dict):
+        return {str(k): _plain(x, dps) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x, dps) for x in v]
     if isinstance(v, np.ndarray):
-        return [_json_default(x, dps) for x in v.tolist()] if v.ndim else _json_default(v.item(), dps)
+        return _plain(v.tolist(), dps) if v.ndim else _plain(v.item(), dps)
     if isinstance(v, np.generic):
         v = v.item()
     if isinstance(v, float):
-        return None if math.isnan(v) else v
+        return None if math.isnan(v) else (v if math.isfinite(v) else ("inf" if v > 0 else "-inf"))
     if isinstance(v, (int, str, bool)) or v is None:
         return v
     return _number(v, dps)  # mpmath numbers: all their digits
@@ -132,7 +141,13 @@ def cmd_eoc(args):
     from symfield.theory.fixedpoint import eoc
     e = eoc(act_arg(args), args.sigma_b2, dps=args.dps)
     out = {k: _number(getattr(e, k), args.dps) for k in ("sigma_b2", "sigma_w2", "q_star")}
-    out["q_slope"] = f"{e.q_slope:.6g}" + ("" if e.stable else " (> 1: q* is unstable, the recursion does not reach it)")
+    slope, note = float(e.q_slope), getattr(e, "note", "")
+    if args.json:     # q_slope is float64 (a JSON number); stable: q_slope <= 1
+        out.update(q_slope=slope, stable=e.stable, note=note)
+    else:
+        out["q_slope"] = f"{slope:.6g}" + ("" if e.stable else " (> 1: q* is unstable, the recursion does not reach it)")
+        if note:
+            out["note"] = note.splitlines()[0]
     _print(args, out)
     return 0
 
@@ -180,9 +195,15 @@ def cmd_propagate(args):
     out, _ = _files(args)
     r = propagate(act_arg(args), args.sigma_w2, args.sigma_b2, args.depth, q0=args.q0, qab0=args.qab0,
                   residual=args.residual)
-    data = {n: np.asarray(getattr(r, n), dtype=float) for n in ("q", "qab", "c", "gamma")}
-    params = _params(args, method=r.method, status=int(r.status))
+    from symfield.theory.propagate import STATUS
+    data = {n: np.asarray(getattr(r, n), dtype=float) for n in ("q", "qab", "d", "c", "one_minus_c", "gamma")}
+    status = int(r.status)
+    params = _params(args, method=r.method, status=status, status_text=STATUS[status],
+                     last_finite=int(r.last_finite), distance=r.params.get("distance", ""))
     _emit(args, out, data, {"layer": np.asarray(r.layers)}, params, summary={"layer": r.layers, **data})
+    if status:
+        print(f"symfield propagate: status {status}: {STATUS[status]} (last finite gamma at layer "
+              f"{int(r.last_finite)})", file=sys.stderr)
     return 0
 
 
@@ -233,7 +254,7 @@ def cmd_phase(args):
                "counts": pd.counts(), "output": str(out) if out else None, "plot": str(plot) if plot else None}
     if args.json:
         summary.update(sigma_b2=pd.sigma_b2, eoc=pd.eoc, neutrality=pd.neutrality)
-        print(json.dumps(summary, indent=2, default=_json_default))
+        print(_json(summary))
         return 0
     print(f"{pd.act}: {sw.size} x {sb.size} grid (sigma_w2 x sigma_b2) in {seconds:.2f} s")
     for name, n in summary["counts"].items():
@@ -265,8 +286,8 @@ def cmd_divergence(args):
         from symfield.io import plots
         plots.divergence(d, path=plot)
     if args.json:
-        print(json.dumps({**summary, "gamma": d.gamma, "output": str(out) if out else None,
-                          "plot": str(plot) if plot else None}, indent=2, default=_json_default))
+        print(_json({**summary, "gamma": d.gamma, "output": str(out) if out else None,
+                     "plot": str(plot) if plot else None}))
         return 0
     _print(args, {"kind": d.kind, value[0]: repr(float(value[1])), "precision": d.precision,
                   **{f"rms_{k}": f"{v:.3g}" for k, v in d.rms.items()}})
@@ -335,10 +356,11 @@ def cmd_derive(args):
 
 
 def cmd_verify(args):
-    from symfield.reports.verify import verify
-    report = verify(args.formula, seed=args.seed, n_mc=args.n_mc)
+    from symfield.reports.verify import EXIT_CODES, verify
+    limit = {} if args.phase_seconds is None else {"phase_seconds": args.phase_seconds}
+    report = verify(args.formula, seed=args.seed, n_mc=args.n_mc, **limit)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.table())
-    return 0 if report.ok else 1
+    return EXIT_CODES[report.status]     # 0 pass, 1 fail, 3 inconclusive
 
 
 def cmd_sweep(args):

@@ -134,11 +134,25 @@ def _derive(p):
     p.add_argument("-o", "--output", metavar="FILE", help="write the .tex file here (default: standard output)")
 
 
+VERIFY_EXIT = """
+
+exit status:
+  0  PASS: every check ran and held
+  1  FAIL: a check failed (or the Gaussian moments diverge)
+  2  bad input (not a formula, a bad option)
+  3  INCONCLUSIVE: nothing failed, but a check did not finish in its time limit or could not run
+"""
+
+
 def _verify(p):
     p.add_argument("formula", help='formula in x, e.g. "x*erf(x)" (or a built-in name)')
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (default 0)")
     p.add_argument("--n-mc", type=int, default=200_000, help="Monte Carlo samples (default 200000)")
+    p.add_argument("--phase-seconds", type=float, metavar="S",
+                   help="time limit per phase check in seconds (> 0; default 5); a phase not determined in "
+                        "time makes the result INCONCLUSIVE, never PASS")
+    p.epilog = (p.epilog or "") + VERIFY_EXIT
 
 
 # (name, help = description, examples, adds the arguments), in the order `symfield --help` lists them
@@ -180,7 +194,8 @@ SUBCOMMANDS = (
     ("derive", "LaTeX document deriving the mean-field theory of an activation",
      ["symfield derive tanh -o tanh.tex", 'symfield derive "x*erf(x)"', "symfield derive relu --pool max --k 2"], _derive),
     ("verify", "check a new activation: closed forms, V/C/chi1 three ways, drift, EOC, phases",
-     ['symfield verify "x*erf(x)"', 'symfield verify "x*sigmoid(x)" --json'], _verify),
+     ['symfield verify "x*erf(x)"', 'symfield verify "x*sigmoid(x)" --json',
+      'symfield verify "x*erf(x)" --phase-seconds 60'], _verify),
 )
 
 

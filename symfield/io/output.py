@@ -9,8 +9,9 @@ One call, :func:`save`, writes a table of named arrays over named coordinates:
 - ``.nc``: an ``xarray.Dataset`` (netCDF via xarray's default engine); ``attrs["params"]`` holds
   the JSON text and each scalar parameter is also an attribute of its own.
 
-Values that were computed with mpmath (``dps``) arrive as strings: CSV keeps all their digits,
-.npz/.nc store float64 in the variable and the full text in ``<name>_mp``.
+Values computed with mpmath at ``dps`` = N are written as text with N significant digits
+(:func:`mp_text`, trailing zeros kept): CSV cells hold that text, .npz/.nc store float64 in the
+variable and the text in ``<name>_mp``.
 """
 from __future__ import annotations
 
@@ -65,9 +66,17 @@ def _plain(v):
     return v if v is None or isinstance(v, (bool, int, float, str)) else str(v)
 
 
-def _mp_text(v, dps):
+def mp_text(v, dps) -> str:
+    """A number as text: an mpmath number to ``dps`` significant digits, trailing zeros kept (so the
+    text shows the precision it was computed to: at dps 30, q* = 0.4 prints as 0.4 and 29 zeros),
+    anything else (float64, int) as its shortest repr. Never str(mpf), which follows the global mpmath
+    precision (15 digits), and never float()."""
     import mpmath
-    return mpmath.nstr(v, dps) if isinstance(v, mpmath.mpf) else repr(float(v))
+    if isinstance(v, mpmath.mpf) and dps:
+        if not mpmath.isfinite(v):
+            return "nan" if mpmath.isnan(v) else ("inf" if v > 0 else "-inf")
+        return mpmath.nstr(v, int(dps), strip_zeros=False)
+    return repr(float(v))
 
 
 def _split_mp(data, dps):
@@ -77,7 +86,7 @@ def _split_mp(data, dps):
         v = np.asarray(v)
         if v.dtype == object:
             out[k] = np.array([float(x) for x in v.ravel()]).reshape(v.shape)
-            out[f"{k}_mp"] = np.array([_mp_text(x, dps) for x in v.ravel()]).reshape(v.shape)
+            out[f"{k}_mp"] = np.array([mp_text(x, dps) for x in v.ravel()]).reshape(v.shape)
         else:
             out[k] = v
     return out
@@ -86,7 +95,7 @@ def _split_mp(data, dps):
 def _cell(v, dps):
     if isinstance(v, float):
         return repr(v)
-    return str(v) if isinstance(v, (int, str)) else _mp_text(v, dps)
+    return str(v) if isinstance(v, (int, str)) else mp_text(v, dps)
 
 
 def save(path, data: dict, coords: dict, params: dict, dims: dict | None = None, dps: int | None = None):

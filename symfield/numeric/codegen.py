@@ -49,6 +49,9 @@ from sympy.printing.pycode import PythonCodePrinter
 
 from symfield.core.files import atomic_write, cache_dir
 from symfield.core.version import __version__
+from sympy.codegen.cfunctions import expm1
+
+from symfield.symbolic.distance import Distance, SinMinusTCos, d as DD, distance, plain_distance
 from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
 
 # SymPy function class -> printed name (all of these are supported by numba in nopython mode).
@@ -57,7 +60,7 @@ ALLOWED = {
     sp.exp: "math.exp", sp.log: "math.log", sp.erf: "math.erf", sp.erfc: "math.erfc",
     sp.sin: "math.sin", sp.cos: "math.cos", sp.tan: "math.tan",
     sp.sinh: "math.sinh", sp.cosh: "math.cosh", sp.tanh: "math.tanh",
-    sp.Abs: "abs", sp.Max: "max", sp.Min: "min",
+    sp.Abs: "abs", sp.Max: "max", sp.Min: "min", expm1: "math.expm1", SinMinusTCos: "_sin_minus_tcos",
 }
 _ATOMS = (sp.Symbol, sp.Number, sp.NumberSymbol, sp.Add, sp.Mul, sp.Pow)
 _SUPPORTED_TEXT = "+, -, *, /, powers, sqrt, pi, E, " + ", ".join(sorted(
@@ -69,61 +72,82 @@ _SUPPORTED_TEXT = "+, -, *, /, powers, sqrt, pi, E, " + ", ".join(sorted(
 # (the only names it needs); M is the maps' data: unused by closed forms, the table arrays of
 # symfield.tables for maps without one.
 STEP_SOURCE = """
-def first_layer(qa0, qb0, qab0, sw, sb):
-    \"\"\"Layer l = 1 is linear (docs/theory.md section 1): q1 = sigma_w2 q0 + sigma_b2.\"\"\"
-    return sw * qa0 + sb, sw * qb0 + sb, sw * qab0 + sb
+def first_layer(qa0, qb0, qab0, d0, sw, sb):
+    \"\"\"Layer l = 1 is linear (docs/theory.md section 1): q1 = sigma_w2 q0 + sigma_b2, d1 = sigma_w2 d0.\"\"\"
+    return sw * qa0 + sb, sw * qb0 + sb, sw * qab0 + sb, sw * d0
 
 
-def layer_step(qa, qb, qab, sw, sb, alpha2, residual, general, M):
-    \"\"\"Layer l >= 2 (docs/theory.md sections 2 and 8).
+def layer_step(qa, qb, qab, dd, sw, sb, alpha2, residual, general, M):
+    \"\"\"Layer l >= 2 (docs/theory.md sections 2, 7 and 8).
 
-    plain:    q' = sigma_w2 V(q) + sigma_b2,              q12' = sigma_w2 C(qa, qb, q12) + sigma_b2
-    residual: q' = q + alpha^2 (sigma_w2 V(q) + sigma_b2)  (and likewise for q12)
-    With general False the two inputs have equal norm (qb = qa) and V(qb), C's q2 reuse qa.
+    plain:    q' = sigma_w2 V(q) + sigma_b2,   q12' = sigma_w2 C(qa, qb, q12) + sigma_b2,   d' = sigma_w2 D(qa, qb, q12, d)
+    residual: q' = q + alpha^2 (sigma_w2 V(q) + sigma_b2)  (and likewise for q12; d' = d + alpha^2 sigma_w2 D)
+    d = qa + qb - 2 q12 is carried by its own map (no bias term, no cancellation as c -> 1).
+    With general False the two inputs have equal norm (qb = qa) and V(qb), C's and D's q2 reuse qa.
     \"\"\"
     fa = sw * V(M, qa) + sb
     if general:
         fb = sw * V(M, qb) + sb
         fab = sw * C(M, qa, qb, qab) + sb
+        fd = sw * D(M, qa, qb, qab, dd)
     else:
         fb = fa
         fab = sw * C(M, qa, qa, qab) + sb
+        fd = sw * D(M, qa, qa, qab, dd)
     if residual:
-        return qa + alpha2 * fa, qb + alpha2 * fb, qab + alpha2 * fab
-    return fa, fb, fab
+        return qa + alpha2 * fa, qb + alpha2 * fb, qab + alpha2 * fab, dd + alpha2 * fd
+    return fa, fb, fab, fd
 """
 _STEP_CODE = compile(STEP_SOURCE, "<symfield.codegen.STEP_SOURCE>", "exec")
 
 
-def step_functions(V, C):
+def step_functions(V, C, D):
     """``(first_layer, layer_step)`` of :data:`STEP_SOURCE` executed in plain Python with the maps
-    ``V(M, q)`` and ``C(M, q1, q2, q12)`` (any number type: NumPy arrays, mpmath mpf, ...).
+    ``V(M, q)``, ``C(M, q1, q2, q12)`` and ``D(M, q1, q2, q12, d)`` (any number type: NumPy arrays, mpmath mpf, ...).
 
     The one way to run the recursion outside numba, so every path iterates the same text:
-    q' = sigma_w2 V(q) + sigma_b2, q12' = sigma_w2 C(qa, qb, q12) + sigma_b2 (residual: q + alpha^2 (...)).
+    q' = sigma_w2 V(q) + sigma_b2, q12' = sigma_w2 C(qa, qb, q12) + sigma_b2, d' = sigma_w2 D
+    (residual: q + alpha^2 (...)).
     """
-    ns = {"V": V, "C": C}
+    ns = {"V": V, "C": C, "D": D}
     exec(_STEP_CODE, ns)
     return ns["first_layer"], ns["layer_step"]
 
 
-GRID_SOURCE = """
+TINY = 2.2250738585072014e-308   # smallest normal float64: below it d has lost relative precision
+
+GRID_SOURCE = f"""
 BLOCK = 16
+TINY = {TINY!r}
+
+
+@njit(inline="always", **_OPTS)
+def _code(qa, qb, qab, dd):
+    \"\"\"0 fine, 1 q or q12 non-finite (overflow), 2 outside the domain (q < 0, d NaN or < 0), 3 gamma beyond float64.\"\"\"
+    if not (math.isfinite(qa) and math.isfinite(qb) and math.isfinite(qab)):
+        return 1
+    if not (qa >= 0.0 and qb >= 0.0 and dd >= 0.0):
+        return 2
+    if not (dd >= TINY and math.isfinite(qab / (0.5 * dd))):   # gamma = q12 / (d/2), as Propagation computes it
+        return 3
+    return 0
 
 
 @njit(parallel=True, **_OPTS)
-def recurse(sw, sb, qa0, qb0, qab0, depth, store, alpha2, residual, general, M,
-            start, st_qa, st_qb, st_qab, out_qa, out_qb, out_qab, status):
+def recurse(sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general, M,
+            start, st_qa, st_qb, st_qab, st_d, out_qa, out_qb, out_qab, out_d, status, last):
     \"\"\"All layers at every grid point (parallel over blocks of points); rows of out_* at layers `store`.
 
-    Point i starts at layer start[i] (1: from the inputs qa0, qb0, qab0; > 1: from the state st_*[i]
-    of layer start[i] - 1; 0: skipped, nothing written). Points are advanced BLOCK at a time, layer
-    by layer: the points of a block are independent, so their map evaluations overlap in the CPU.
-    status[i] on return: 0 done; 1 q, qb or q12 went non-finite (that layer's value is stored as is,
-    later stored rows are NaN); 2 the state left the maps' domain (in_domain False, e.g. outside a
-    table): start[i], st_*[i] then hold the layer to continue from and the state before it, and
-    rows from that layer on are NaN until a continuation fills them. Rows of layers before start[i]
-    are never touched. out_qb is written only when general (else a (0, 0) placeholder).
+    Point i starts at layer start[i] (1: from the inputs; > 1: from the state st_*[i] of layer start[i] - 1;
+    0: skipped, nothing written). Points are advanced BLOCK at a time, layer by layer (independent points:
+    their map evaluations overlap in the CPU). On return status[i] is
+      0 done; 1 q or q12 overflowed (that layer's value is stored as is, later stored rows are NaN);
+      2 left the maps' domain (a map gave NaN or a negative value; later rows NaN);
+      3 done, but d underflowed (gamma = 2 q12/d beyond float64) after layer last[i] (the last finite gamma;
+        callers set last[i] = depth beforehand, and the rows go on: q stays exact, d is 0 or subnormal);
+      4 stopped at a layer where in_domain is False (outside a table): start[i], st_*[i] then hold the layer
+        to continue from and the state before it, rows from that layer on are NaN until a continuation fills them.
+    Rows of layers before start[i] are never touched. out_qb is written only when general (else a placeholder).
     \"\"\"
     n = sw.shape[0]
     nstore = store.shape[0]
@@ -133,6 +157,7 @@ def recurse(sw, sb, qa0, qb0, qab0, depth, store, alpha2, residual, general, M,
         qa = np.empty(BLOCK)
         qb = np.empty(BLOCK)
         qab = np.empty(BLOCK)
+        dd = np.empty(BLOCK)
         first = np.zeros(BLOCK, dtype=np.int64)
         live = np.zeros(BLOCK, dtype=np.bool_)
         nlive = 0
@@ -147,6 +172,7 @@ def recurse(sw, sb, qa0, qb0, qab0, depth, store, alpha2, residual, general, M,
                 qa[j] = st_qa[i0 + j]
                 qb[j] = st_qb[i0 + j]
                 qab[j] = st_qab[i0 + j]
+                dd[j] = st_d[i0 + j]
         k = 0
         while k < nstore and store[k] < lmin:
             k += 1
@@ -156,42 +182,51 @@ def recurse(sw, sb, qa0, qb0, qab0, depth, store, alpha2, residual, general, M,
             for j in range(m):
                 if live[j] and l >= first[j]:
                     if l == 1:
-                        qa[j], qb[j], qab[j] = first_layer(qa0, qb0, qab0, sw[i0 + j], sb[i0 + j])
+                        qa[j], qb[j], qab[j], dd[j] = first_layer(qa0, qb0, qab0, d0, sw[i0 + j], sb[i0 + j])
                     elif in_domain(M, qa[j], qb[j], qab[j]):
-                        qa[j], qb[j], qab[j] = layer_step(qa[j], qb[j], qab[j], sw[i0 + j], sb[i0 + j],
-                                                          alpha2, residual, general, M)
+                        qa[j], qb[j], qab[j], dd[j] = layer_step(qa[j], qb[j], qab[j], dd[j], sw[i0 + j], sb[i0 + j],
+                                                                 alpha2, residual, general, M)
                     else:
                         live[j] = False
                         nlive -= 1
-                        status[i0 + j] = 2
+                        status[i0 + j] = 4
                         start[i0 + j] = l
                         st_qa[i0 + j] = qa[j]
                         st_qb[i0 + j] = qb[j]
                         st_qab[i0 + j] = qab[j]
+                        st_d[i0 + j] = dd[j]
             if k < nstore and store[k] == l:
                 for j in range(m):
                     if first[j] > 0 and l >= first[j]:
                         out_qa[k, i0 + j] = qa[j] if live[j] else math.nan
                         out_qab[k, i0 + j] = qab[j] if live[j] else math.nan
+                        out_d[k, i0 + j] = dd[j] if live[j] else math.nan
                         if general:
                             out_qb[k, i0 + j] = qb[j] if live[j] else math.nan
                 k += 1
             for j in range(m):
-                if live[j] and l >= first[j] and not (
-                        math.isfinite(qa[j]) and math.isfinite(qb[j]) and math.isfinite(qab[j])):
-                    live[j] = False
-                    nlive -= 1
-                    status[i0 + j] = 1
+                if live[j] and l >= first[j]:
+                    code = _code(qa[j], qb[j], qab[j], dd[j])
+                    if code == 3:
+                        if last[i0 + j] == depth:
+                            last[i0 + j] = l - 1
+                    elif code != 0:
+                        live[j] = False
+                        nlive -= 1
+                        status[i0 + j] = code
+                        if last[i0 + j] == depth:
+                            last[i0 + j] = l - 1
         for kk in range(k, nstore):
             for j in range(m):
                 if first[j] > 0 and store[kk] >= first[j]:
                     out_qa[kk, i0 + j] = math.nan
                     out_qab[kk, i0 + j] = math.nan
+                    out_d[kk, i0 + j] = math.nan
                     if general:
                         out_qb[kk, i0 + j] = math.nan
         for j in range(m):
             if live[j]:
-                status[i0 + j] = 0
+                status[i0 + j] = 3 if last[i0 + j] < depth else 0
 """
 
 # The tail of every generated module: the recursion and the grid kernel, compiled by numba.
@@ -227,6 +262,21 @@ def _gram_sqrt(q1, q2, q12):
     b = math.ldexp(q2, -e)
     c = math.ldexp(q12, -e)
     return math.ldexp(math.sqrt(max(a * b - c * c, 0.0)), e)
+
+
+@njit(**_OPTS)
+def _sin_minus_tcos(t):
+    # W(t) = sin t - t cos t: Taylor series sum_k (-1)^(k+1) 2k t^(2k+1)/(2k+1)! for |t| < 0.5 (no cancellation)
+    if abs(t) >= 0.5:
+        return math.sin(t) - t * math.cos(t)
+    t2 = t * t
+    s = 0.0
+    for k in range(12, 0, -1):
+        s = s * t2 + (1.0 if k % 2 == 1 else -1.0) * 2.0 * k / _FACT[2 * k + 1]
+    return s * t2 * t
+
+
+_FACT = np.array([math.factorial(i) for i in range(26)], dtype=np.float64)
 '''
 
 
@@ -256,6 +306,9 @@ class NumbaPrinter(PythonCodePrinter):
 
     def _print_Min(self, expr):
         return "min(" + ", ".join(f"float({self._print(a)})" for a in expr.args) + ")"
+
+    def _print_SinMinusTCos(self, expr):
+        return f"_sin_minus_tcos({self._print(expr.args[0])})"
 
     def _print_not_supported(self, expr):
         raise NotImplementedError(f"the generated-code printer cannot print {expr}")
@@ -313,10 +366,14 @@ def _versions() -> str:
     return ", ".join(vs)
 
 
-def module_source(name: str, V: sp.Expr, C: sp.Expr) -> str:
-    """The complete text of the generated module (byte-stable for equal input)."""
+def module_source(name: str, V: sp.Expr, C: sp.Expr, dist: Distance | None = None) -> str:
+    """The complete text of the generated module (byte-stable for equal input); D defaults to V + V - 2C."""
     v_code = print_map(V, f"the map V of {name}", (Q,))
     c_code = print_map(C, f"the map C of {name}", (Q1, Q2, Q12))
+    dist = plain_distance(V, C) if dist is None else dist
+    d_eq = print_map(dist.near_eq, f"the map D of {name}", (Q, DD))
+    d_near = print_map(dist.near, f"the map D of {name}", (Q1, Q2, DD))
+    d_far = print_map(dist.far, f"the map D of {name}", (Q1, Q2, Q12))
     header = "\n".join([
         "# Generated by symfield.codegen from the symbolic kernel maps. Do not edit:",
         "# the file is keyed by a hash of its content and regenerated when anything changes.",
@@ -324,6 +381,7 @@ def module_source(name: str, V: sp.Expr, C: sp.Expr) -> str:
         f"# versions: {_versions()}",
         f"# V(q)           = {sp.sstr(V)}",
         f"# C(q1, q2, q12) = {sp.sstr(C)}",
+        f"# D(q, d)        = {sp.sstr(dist.near_eq)}   ({dist.method})",
     ])
     return f"""{header}
 {_PRELUDE}
@@ -337,6 +395,17 @@ def V(M, q):
 @njit(inline="always", **_OPTS)
 def C(M, q1, q2, q12):
     return {c_code}
+
+
+@njit(inline="always", **_OPTS)
+def D(M, q1, q2, q12, d):
+    # E[(psi(u) - psi(v))^2], d = q1 + q2 - 2 q12: in d where c >= 1/2 (no cancellation as c -> 1), else in q12
+    if d <= 0.5 * (q1 + q2):
+        if q1 == q2:
+            q = q1
+            return {d_eq}
+        return {d_near}
+    return {d_far}
 
 
 @njit(inline="always", **_OPTS)
@@ -371,9 +440,9 @@ def write_source(slug: str, src: str) -> Path:
     return atomic_write(path, src.encode("utf-8"))
 
 
-def write(name: str, V: sp.Expr, C: sp.Expr) -> Path:
+def write(name: str, V: sp.Expr, C: sp.Expr, dist: Distance | None = None) -> Path:
     """Generate (if absent) the module for these maps; returns its path. Never rewrites a file."""
-    return write_source(name, module_source(name, V, C))
+    return write_source(name, module_source(name, V, C, dist))
 
 
 _LOADED: dict = {}   # path -> module
@@ -406,7 +475,7 @@ def load(K):
     """
     key = (K.act.name, K.V, K.C)
     if key not in _PATHS:
-        _PATHS[key] = write(*key)
+        _PATHS[key] = write(*key, distance(K))
     return load_path(_PATHS[key])
 
 

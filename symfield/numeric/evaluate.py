@@ -7,6 +7,7 @@ of the Integrand it carries.
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import mpmath
@@ -16,6 +17,7 @@ import sympy as sp
 from symfield.numeric import pool_rules
 from symfield.numeric import quadrature as Q
 from symfield.symbolic import gaussian as G
+from symfield.symbolic.distance import sin_minus_tcos_mp
 from symfield.symbolic.formula import X as x
 from symfield.symbolic.integrals import GaussianIntegral, Integrand, Kind, integrals
 
@@ -40,7 +42,20 @@ def vectorised(f, modules):
     return call
 
 
-NUMPY_MODULES = [{"Heaviside": lambda a, h=0.5: np.heaviside(a, h)}, "scipy", "numpy"]
+def sin_minus_tcos(t):
+    """W(t) = sin t - t cos t on float64 arrays: its Taylor series (Horner) for |t| < 0.5, else direct."""
+    t = np.asarray(t, dtype=float)
+    t2 = t * t
+    s = np.zeros_like(t)
+    for k in range(12, 0, -1):   # sum_k (-1)^(k+1) 2k t^(2k+1)/(2k+1)!
+        s = s * t2 + (-1.0) ** (k + 1) * 2 * k / math.factorial(2 * k + 1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(np.abs(t) < 0.5, s * t2 * t, np.sin(t) - t * np.cos(t))
+
+
+NUMPY_MODULES = [{"Heaviside": lambda a, h=0.5: np.heaviside(a, h), "SinMinusTCos": sin_minus_tcos},
+                 "scipy", "numpy"]
+MPMATH_MODULES = [{"SinMinusTCos": sin_minus_tcos_mp}, "mpmath"]
 
 
 def integral_rule(spec: Integrand, kinks, dps):
@@ -50,9 +65,10 @@ def integral_rule(spec: Integrand, kinks, dps):
     modules = NUMPY_MODULES if dps is None else "mpmath"
     fs = [vectorised(f, modules) for f in (spec.f, spec.g) if f is not None]
     if dps is None:
+        name = f"({spec.f})" if spec.kind is Kind.NORMAL1 else f"({spec.f})(u) ({spec.g})(v)"
         if spec.kind is Kind.NORMAL1:
-            return lambda qv: Q.expect1_vec(fs[0], qv, kinks=kinks)
-        return lambda a, b, c: Q.expect2_vec(fs[0], fs[1], a, b, c, kinks=kinks)
+            return lambda qv: Q.expect1_vec(fs[0], qv, kinks=kinks, name=name)
+        return lambda a, b, c: Q.expect2_vec(fs[0], fs[1], a, b, c, kinks=kinks, name=name)
     if spec.kind is Kind.NORMAL1:
         return lambda qv: Q.expect1(fs[0], qv, kinks=kinks, dps=dps)
     return lambda a, b, c: Q.expect2(fs[0], fs[1], a, b, c, kinks=kinks, dps=dps)
@@ -86,7 +102,7 @@ def evaluator(expr: sp.Expr, args: tuple, kinks: tuple = (), dps: int | None = N
                     out[idx] = float(exact(*[mpmath.mpf(float(a[idx])) for a in full]))
             return out
         return run
-    fn = sp.lambdify(args, body, modules=[impls, "mpmath"])
+    fn = sp.lambdify(args, body, modules=[impls] + MPMATH_MODULES)
 
     def run_mp(*vals):
         with mpmath.workdps(dps + GUARD_DIGITS):

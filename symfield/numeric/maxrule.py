@@ -73,15 +73,19 @@ def _outer(eps, sub=1, n=10):
 
 
 class Rule:
-    """Nodes (s, t) and weights w (flat arrays) of h_k for correlation c, resolving q <= qmax."""
+    """Nodes (s, t) and weights w (flat arrays) of h_k for correlation c, resolving q <= qmax; also
+    dt = t - s without cancellation (term 1: r z - (1 - c) s, term 2 at c > 0: r w), given ``omc`` = 1 - c
+    accurately (e.g. 2 sin^2(theta/2)); for E[(f(S) - f(T))^2] as c -> 1."""
 
-    def __init__(self, c, k, qmax, sub=1, n=10):
+    def __init__(self, c, k, qmax, sub=1, n=10, omc=None):
         c, qmax = float(c), max(float(qmax), 1e-300)
+        omc = 1.0 - c if omc is None else float(omc)
         self.c, self.k, self.qmax = c, k, qmax
         et = 0.25 / math.sqrt(qmax)                 # t-scale of phi(sqrt(q) t) near t = 0
-        r = math.sqrt(max((1 - c) * (1 + c), 0.0))
+        r = math.sqrt(max(omc * (1 + c), 0.0))
         if r < 1e-150:
             self.s, self.t, self.w = self._degenerate(c, k, min(et, 0.25), sub, n)
+            self.dt = np.zeros_like(self.s) if c > 0 else self.t - self.s
             return
         s, ws = _outer(min(r, 1.0 / math.sqrt(qmax)) / 4, sub, n)
         ws = ws * _npdf(s)
@@ -90,13 +94,14 @@ class Rule:
         zb = _rows(-c * s / r, _offsets(et / r), np.arange(-L, L + 1), -L * ones, L * ones)
         z, wz = _panels(zb, sub, n)
         t1 = c * s[:, None] + r * z
+        d1 = r * z - omc * s[:, None]
         w1 = ws[:, None] * wz * _npdf(z) * k
         s1 = np.broadcast_to(s[:, None], t1.shape)
         keep = w1 > 1e-19                  # F <= 1: dropped mass < 1e-16
-        s1, t1, w1 = s1[keep], t1[keep], w1[keep]
+        s1, t1, w1, d1 = s1[keep], t1[keep], w1[keep], d1[keep]
         if k > 1:
             w1 = w1 * bvn_cdf(s1, t1, c) ** (k - 1)
-        parts = [(s1, t1, w1)]
+        parts = [(s1, t1, w1, d1)]
         if k > 1:   # term 2: t = sigma s + r w
             sg, a = (1.0 if c > 0 else -1.0), (1 - abs(c)) / r
             lo = np.maximum(-sg * a * s - L, (-L - sg * s) / r)
@@ -122,10 +127,10 @@ class Rule:
                   * k * (k - 1))
             if k > 2:
                 w2 = w2 * bvn_cdf(np.broadcast_to(so, t2.shape), t2, c) ** (k - 2)
-            parts.append((np.broadcast_to(so, t2.shape), t2, w2))
-        self.s, self.t, self.w = (np.concatenate([p[i].ravel() for p in parts]) for i in range(3))
+            parts.append((np.broadcast_to(so, t2.shape), t2, w2, r * w_ if c > 0 else t2 - so))
+        self.s, self.t, self.w, self.dt = (np.concatenate([p[i].ravel() for p in parts]) for i in range(4))
         keep = self.w != 0
-        self.s, self.t, self.w = self.s[keep], self.t[keep], self.w[keep]
+        self.s, self.t, self.w, self.dt = self.s[keep], self.t[keep], self.w[keep], self.dt[keep]
 
     @staticmethod
     def _degenerate(c, k, eps, sub, n):

@@ -18,6 +18,17 @@ built once, checked, cached on disk, and evaluated inside the compiled recursion
                  when points leave it, up to q = 2^Q_CAP_EXP; beyond, the quadrature path takes over).
                  Unequal norms (q_aa != q_bb) are not tabulated: propagate uses quadrature there.
 
+Distance map D(q1, q2, d) = E[(psi(u) - psi(v))^2], d = q1 + q2 - 2 q12 (= V + V - 2C, but relative-accurate
+as c -> 1, down to d/q ~ 1e-300): a second set of theta-cells per panel tabulates
+    R(q, theta) = (V(q) - C(q, q, q cos theta))/(q s2),   s2 = sin^2(theta/2) = d/(4q)
+(homogeneous: at q = 1), so D = 2 q s2 R (homogeneous, any norms: D = V1 (q1^(n/2) - q2^(n/2))^2
++ 2 (q1 q2)^(n/2) s2 R, s2 = (d - (sqrt q1 - sqrt q2)^2)/(4 sqrt(q1 q2))); theta from d, not from c.
+R(0) = 2 E[psi'^2]. For theta > pi/2: odd psi D = V + V - 2C (C <= 0), even psi R at pi - theta.
+Node values of R without cancellation: the polar rule's sum_m P_m (sin(m theta/2)/sin(theta/2))^2 (P_m >= 0;
+avg-pools: R_phi/k), or for max-pools of relu-like phi (homogeneous, degree 1) the h_k rule with t - s
+carried exactly (maxrule.Rule.dt). Other kinds (kinked phi, general-kind max-pools): D = V + V - 2C,
+info["D"] = D_DIFF and error["D"] = inf (the caller flags it). error["D"] is relative to D.
+
 Variables: in theta the large-q limit of tanh, (2/pi) arcsin c = 1 - 2 theta/pi, is linear and the
 kinks' (1 - c^2)^(n/2) are powers of sin(theta); for odd or even psi only theta in [0, pi/2] is
 tabulated (C(pi - theta) = -C(theta) resp. C(theta)).
@@ -71,7 +82,7 @@ from symfield.symbolic.gaussian import homogeneous, q as Q, q1 as Q1, q2 as Q2, 
 from symfield.symbolic.integrals import Kind, integrals, kinds
 from symfield.symbolic.kernel import Kernel, kernel
 
-TABLE_VERSION = 3
+TABLE_VERSION = 4
 E0 = -8                 # panel 0 is q in [0, 2^E0] (tanh's V is Gevrey, not analytic, at q = 0)
 Q_CAP_EXP = 16          # tables never extend beyond q = 2^16
 N_T = 16                # Chebyshev nodes per q-panel (fixed: the compiled evaluation is unrolled)
@@ -86,6 +97,9 @@ QUAD_FLOOR = 1e-12      # error of symfield.quadrature's 2-D rules (max_expect2:
 #                         independent argmax decomposition, tests/test_tables.py), added to C's bound
 RULE_FLOOR = 1e-13      # error of symfield.maxrule's rule (measured <= 1e-14, tests/test_pool_monotone.py), added to C's bound
 _SLOW = "symfield.numeric quadrature"
+D_DIFF = "difference of C (loses digits as c -> 1)"   # info["D"] when no cancellation-free rule exists
+_D_POLAR = "polar rule: sum_m P_m (sin(m theta/2)/sin(theta/2))^2"
+_D_RULE = "max-pool h_k rule with t - s without cancellation (piecewise-linear phi)"
 _RULE = "max-pool h_k rule (symfield.maxrule)"
 
 
@@ -186,12 +200,35 @@ def polar_eval_over_cos(P, theta):
     return out.reshape(theta.shape)
 
 
+def polar_distance(P, theta):
+    """sum_(m>=1) P_m U_(m-1)(cos t)^2, t = theta/2, U_(m-1)(cos t) = sin(m t)/sin(t) (-> m at t = 0):
+    (V - C(theta))/(2 sin^2(theta/2)) for C = sum_m P_m cos(m theta), since 1 - cos(m theta) = 2 sin^2(m t).
+    For f = g, q1 = q2 every P_m >= 0: a sum of positive terms, no cancellation as theta -> 0."""
+    t = 0.5 * np.asarray(theta, dtype=float).ravel()
+    m = np.arange(1, P.size)
+    out = np.empty(t.size)
+    for i in range(0, t.size, 256):
+        tt = t[i:i + 256]
+        st = np.sin(tt)
+        S = np.where(st[:, None] != 0, np.sin(np.outer(tt, m)) / np.where(st == 0, 1.0, st)[:, None], m[None, :])
+        out[i:i + 256] = (S * S) @ P[1:]
+    return out.reshape(np.shape(theta))
+
+
 # ----------------------------------------------------------------------------- node evaluator
 class _Polar2:
     """Vectorised E[f(u) g(v)] at arrays (q1, q2, q12) via polar_coefficients (cached per (q1, q2))."""
 
     def __init__(self, f, g, parity):
         self.f, self.g, self.parity, self.cache = f, g, parity, {}
+
+    def coefficients(self, q1, q2):
+        k = (float(q1), float(q2))
+        if k not in self.cache:
+            if len(self.cache) > 256:
+                self.cache.clear()
+            self.cache[k] = polar_coefficients(self.f, self.g, *k, parity=self.parity)
+        return self.cache[k]
 
     def __call__(self, a, b, c):
         a, b, c = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (a, b, c)))
@@ -202,14 +239,11 @@ class _Polar2:
         for key in np.unique(keys, axis=0):
             sel = np.all(keys == key, axis=1)
             k = (float(key[0]), float(key[1]))
-            if k not in self.cache:
-                if len(self.cache) > 256:
-                    self.cache.clear()
-                self.cache[k] = polar_coefficients(self.f, self.g, *k, parity=self.parity)
+            P = self.coefficients(*k)
             sq = math.sqrt(k[0]) * math.sqrt(k[1])
             cc = np.clip(flat[2][sel] / sq, -1.0, 1.0)
             th = np.arctan2(np.sqrt(np.maximum((1 - cc) * (1 + cc), 0.0)), cc)
-            res[sel] = polar_eval(self.cache[k], th)
+            res[sel] = polar_eval(P, th)
         return out
 
 
@@ -227,6 +261,7 @@ class Evaluator:
         else:
             self.V = N.evaluator(K.V, (Q,), tuple(K.kinks), None)
         impls, repl, fast = {}, {}, True
+        self.R = None     # R(q, theta) = (V - C)/(q sin^2(theta/2)) without cancellation (set by Table)
         for i, I in enumerate(integrals(K.C)):
             spec = I.integrand
             name = f"_quad{i}"
@@ -240,6 +275,7 @@ class Evaluator:
                 fast = False
             repl[I] = sp.Function(name)(*((I.scale(),) if spec.kind.dims == 1 else (Q1, Q2, Q12)))
         self.fast = fast
+        self.polars = [v for v in impls.values() if isinstance(v, _Polar2) and v.f is v.g]
         self.maxrule = None
         atoms_ = integrals(K.C)
         if len(atoms_) == 1 and K.C == atoms_[0]:
@@ -266,12 +302,29 @@ class Evaluator:
         out = np.empty(np.shape(q))
         for qq in np.unique(q):
             sel = q == qq
-            k = (float(qq), float(qq))
-            pol = self.single
-            if k not in pol.cache:
-                pol.cache[k] = polar_coefficients(pol.f, pol.g, *k, parity=pol.parity)
-            out[sel] = polar_eval_over_cos(pol.cache[k], th[sel])
+            out[sel] = polar_eval_over_cos(self.single.coefficients(qq, qq), th[sel])
         return out
+
+
+def _rule_distance(f, k):
+    """R(theta) = E[(psi(S) - psi(T))^2]/(2 s2) at unit q for psi = phi(max_j u_j), phi homogeneous of
+    degree 1 (piecewise linear, kink at 0): on a common piece phi(s) - phi(t) = slope (s - t) with
+    s - t = -Rule.dt (no cancellation); R(0) = 2 E[psi'^2] = 2 (a1^2 (1 - 2^-k) + a0^2 2^-k)."""
+    a1, a0 = float(f(np.array([1.0]))[0]), -float(f(np.array([-1.0]))[0])
+
+    def one(tv):
+        if tv == 0.0:
+            return 2.0 * (a1 * a1 * (1.0 - 0.5 ** k) + a0 * a0 * 0.5 ** k)
+        s2 = math.sin(0.5 * tv) ** 2
+        r = Rule(math.cos(tv), k, 1.0, omc=2.0 * s2)
+        s, t = r.s, r.t
+        diff = np.where((s > 0) & (t > 0), -a1 * r.dt, np.where((s < 0) & (t < 0), -a0 * r.dt, f(s) - f(t)))
+        return float(np.dot(r.w, diff * diff)) / (2.0 * s2)
+
+    def R(q, th):
+        th = np.asarray(th, dtype=float)
+        return np.array([one(float(tv)) for tv in th.ravel()]).reshape(th.shape)
+    return R
 
 
 # ----------------------------------------------------------------------------- analysis
@@ -328,7 +381,8 @@ class Panel:
     """One q-panel (or the single theta-table of a homogeneous kind)."""
     vcoef: np.ndarray                       # Chebyshev coefficients of v(x) (empty for homogeneous)
     cells: list                             # [(theta_lo, theta_hi, coef[nt, nth])]
-    err: dict = field(default_factory=dict)  # held-out errors: V, C, C_rel, and 'diag' flag
+    err: dict = field(default_factory=dict)  # held-out errors: V, C, C_rel, D, and 'diag' flag
+    rcells: list = field(default_factory=list)  # [(theta_lo, theta_hi, coef)] of R (distance map D)
 
 
 class Table:
@@ -341,6 +395,7 @@ class Table:
         self.V1 = None
         self.info = dict(build_seconds=0.0, mp_checks=[], evaluator=None)
         self._ev = None
+        self._mr = None
         self._arrays = None
 
     # ---------------------------------------------------------------- properties
@@ -364,7 +419,26 @@ class Table:
 
     @property
     def error(self) -> dict:
-        """Certified bounds: V (relative), C (against sqrt(V(q1) V(q2))), C_rel (odd psi: relative to |C|)."""
+        """Certified bounds: V (relative), C (against sqrt(V(q1) V(q2))), C_rel (odd psi: relative to |C|),
+        D (relative to D; inf when D is the difference of C, see info["D"])."""
+        out = self._error_VC()
+        if self.panels:
+            out["D"] = self._error_D(out)
+        return out
+
+    def _error_D(self, out):
+        if self.info.get("D") in (None, D_DIFF):
+            return math.inf
+        vals = [(4.0 if pn.err.get("diag") else 2.0) * pn.err.get("D", math.inf) for pn in self.panels.values()]
+        e = max(vals)
+        if self.info.get("D") == _D_RULE:
+            e += RULE_FLOOR
+        e += max((c.get("err_D", 0.0) for c in self.info["mp_checks"]), default=0.0)
+        if self.parity == 1:   # theta > pi/2: D = V + V - 2C with C <= 0, D >= 2 sqrt(V(q1) V(q2))
+            e = max(e, out.get("V", 0.0) + out.get("C", 0.0))
+        return e
+
+    def _error_VC(self):
         out = {}
         for key in ("V", "C", "C_rel"):
             vals = [(4.0 if pn.err.get("diag") else 2.0) * pn.err[key] for pn in self.panels.values() if key in pn.err]
@@ -390,12 +464,45 @@ class Table:
     def evaluator(self):
         if self._ev is None:
             self._ev = Evaluator(self.K, self.parity)
+            self._mr = self._ev.maxrule
             if self.kind == "homogeneous" and self._ev.maxrule is not None:
                 # one q: the quadrature's ~130 nodes (~3 s) beat the rule's graded cells (~25 s, measured)
                 self._ev.maxrule, self._ev.fast = None, False
             self.info["evaluator"] = (_RULE if self._ev.maxrule else
                                       "polar Chebyshev-Fourier rule" if self._ev.fast else _SLOW)
+            self._distance_rule(self._ev)
         return self._ev
+
+    def _distance_rule(self, ev):
+        """Set ev.R(q, theta) = (V - C)/(q s2), s2 = sin^2(theta/2) (homogeneous: unit q), evaluated without
+        cancellation, or leave it None (D then is V + V - 2C, info["D"] = D_DIFF). Checked once at a large
+        theta against (V - C)/(q s2) from the node evaluator (1e-12 of V)."""
+        pol = ev.single
+        scale = 1.0
+        if pol is None and self.K.act.pool == "avg" and len(ev.polars) == 1:
+            pol, scale = ev.polars[0], 1.0 / self.K.act.k   # V - C = (V_phi - C_phi)/k at equal norms
+        how = None
+        if pol is not None and pol.f is pol.g:
+            def R(q, th):
+                out = np.empty(np.shape(q))
+                for qq in np.unique(q):
+                    sel = q == qq
+                    out[sel] = 2.0 * scale * polar_distance(pol.coefficients(qq, qq), th[sel]) / qq
+                return out
+            how = _D_POLAR
+        elif self.kind == "homogeneous" and self.degree == 1 and self._mr is not None and self._mr[0] is self._mr[1]:
+            R, how = _rule_distance(*self._mr[::2]), _D_RULE
+        if how is not None:
+            q0 = 1.0 if self.kind == "homogeneous" else 0.5
+            th0 = np.array([1.2 if self.parity else 2.0])
+            s2 = math.sin(0.6 if self.parity else 1.0) ** 2
+            V0 = float(ev.V(np.array([q0]))[0])
+            C0 = float(ev.C(q0, q0, q0 * math.cos(th0[0])))
+            got = float(R(np.array([q0]), th0)[0])
+            if not abs(got * q0 * s2 - (V0 - C0)) <= 1e-12 * V0:
+                how = None   # the identity behind the rule does not hold for this kernel
+        ev.R = R if how is not None else None
+        self.info["D"] = how or D_DIFF
 
     # ---------------------------------------------------------------- building
     def _g(self, ev, q, th):
@@ -440,22 +547,25 @@ class Table:
             err["C_rel"] = errR
         return cells, err
 
-    def _fit_cells(self, ev, qs):
+    def _fit_cells(self, ev, qs, gfun=None, graded=None, tail=None):
         """theta-cells [(a, b, coef[nt, N_TH])] with tensor coefficients from node values at q-nodes qs,
         bisected until the theta-tail (last three coefficients) is below the tail tolerance x max|g|;
-        also the largest q-tail (relative), for the record."""
+        also the largest q-tail (relative), for the record. gfun(q, theta): the tabulated function
+        (default: g from C)."""
         nt = qs.size
+        gfun = gfun or (lambda q, th: self._g(ev, q, th))
         pending = _initial_cells(qs.max() if self.kind == "general" else 1.0, self.theta_max, self.parity,
-                                 graded=ev.fast)
+                                 graded=ev.fast if graded is None else graded)
         tn = cheb.nodes(N_TH)
         cells, scale, tail_q = [], None, 0.0
         # the quadrature's nodes carry ~QUAD_FLOOR noise: a tail at that level is noise, not resolution
-        tail = (4 * TAIL if ev.maxrule else TAIL) if ev.fast else QUAD_FLOOR
+        if tail is None:
+            tail = (4 * TAIL if ev.maxrule else TAIL) if ev.fast else QUAD_FLOOR
         while pending:
             if len(cells) + len(pending) > MAX_CELLS:
                 raise TableError(f"{self.name}: theta-cells did not converge (more than {MAX_CELLS} cells)")
             ths = np.concatenate([cheb.to_panel(a, b, tn) for a, b in pending])
-            G = self._g(ev, np.repeat(qs, ths.size), np.tile(ths, nt)).reshape(nt, -1)
+            G = gfun(np.repeat(qs, ths.size), np.tile(ths, nt)).reshape(nt, -1)
             if not np.all(np.isfinite(G)):
                 raise TableError(f"{self.name}: non-finite node values")
             if scale is None:
@@ -474,6 +584,26 @@ class Table:
             pending = nxt
         cells.sort(key=lambda c: c[0])
         return cells, tail_q
+
+    def _build_rcells(self, ev, qs, qh, full, xh):
+        """theta-cells of R = (V - C)/(q s2) (node values ev.R) and their held-out error relative to R."""
+        slow = self.info.get("D") == _D_RULE
+        cells, _ = self._fit_cells(ev, qs, ev.R, graded=not slow, tail=4 * TAIL if slow else TAIL)
+        full = full or qs.size == 1
+        th_h = cheb.second_kind(N_TH)
+        err = 0.0
+        for a, b, coef in cells:
+            ths = cheb.to_panel(a, b, th_h)
+            if full:
+                XQ, YT = np.meshgrid(np.arange(qh.size), np.arange(ths.size), indexing="ij")
+            else:
+                k = max(qh.size, ths.size)
+                XQ, YT = (np.arange(k) % qh.size)[None, :], ((np.arange(k) * 5) % ths.size)[None, :]
+            xq = (cheb.second_kind(qs.size) if xh is None else xh)[XQ] if qs.size > 1 else np.zeros(XQ.shape)
+            ref = ev.R(qh[XQ].ravel(), ths[YT].ravel()).reshape(XQ.shape)
+            got = cheb.chebval2d(coef, xq, th_h[YT])
+            err = max(err, cheb.max_error(got, ref, np.abs(ref)))
+        return cells, err
 
     def _heldout(self, ev, cells, nt, qh, Vh, full, xh):
         """(C error, C_rel error) at held-out points: second-kind points in theta (and q: all pairs when
@@ -519,7 +649,10 @@ class Table:
         errV = cheb.max_error(got, Vh, np.abs(Vh))
         cells, err = self._build_cells(ev, qs, qh, Vh, ev.fast, xh)
         err["V"] = errV
-        return Panel(vcoef, cells, err)
+        rcells = []
+        if ev.R is not None:
+            rcells, err["D"] = self._build_rcells(ev, qs, qh, ev.fast, xh)
+        return Panel(vcoef, cells, err, rcells)
 
     def ensure(self, q_lo=None, q_hi=None, progress=None):
         """Build the panels needed to cover [q_lo, q_hi] (contiguously with those present); returns
@@ -533,7 +666,10 @@ class Table:
             ev = self.evaluator()
             self.V1 = float(ev.V(np.array([1.0]))[0])
             cells, err = self._build_cells(ev, np.array([1.0]), np.array([1.0]), None, True)
-            self.panels[0] = _accept(self, 0, Panel(np.zeros(0), cells, err))
+            rcells = []
+            if ev.R is not None:
+                rcells, err["D"] = self._build_rcells(ev, np.array([1.0]), np.array([1.0]), True, None)
+            self.panels[0] = _accept(self, 0, Panel(np.zeros(0), cells, err, rcells))
             built = [0]
         else:
             lo = panel_of(max(q_lo, 0.0))
@@ -578,10 +714,14 @@ class Table:
                 Vq = float(evaluate(self.K.V, (Q,), (q,), self.K.kinks, MP_DPS))
             except NotImplementedError:
                 return   # no dps path (max-pool covariance): held-out checks only
-            got = float(self.C(q, q, q12))
+            M = self.arrays()    # the scalar twins: no numba compilation during a build
+            got = C_scalar(M, q, q, q12)
             rec = dict(q=q, theta=th, err=abs(got - ref) / Vq)
             if self.parity == 1 and ref != 0:
                 rec["err_rel"] = abs(got - ref) / abs(ref)
+            Dref = 2.0 * (Vq - ref)   # the reference's own error (~1e-15 V) is small against D >= V/10
+            if self.info.get("D") not in (None, D_DIFF) and Dref >= 0.1 * Vq:
+                rec["err_D"] = abs(D_scalar(M, q, q, q12, 4.0 * q * math.sin(0.5 * th) ** 2) - Dref) / Dref
             self.info["mp_checks"].append(rec)
 
     # ---------------------------------------------------------------- run time
@@ -606,6 +746,12 @@ class Table:
         out = self.module().C_many(self.arrays(), *(np.ascontiguousarray(v.ravel()) for v in (a, b, c)))
         return out.reshape(a.shape) if a.ndim else float(out[0])
 
+    def D(self, q1, q2, q12, d):
+        """D = E[(psi(u) - psi(v))^2] from the table, d = q1 + q2 - 2 q12 (general kind: q1 == q2; NaN outside)."""
+        a, b, c, e = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (q1, q2, q12, d)))
+        out = self.module().D_many(self.arrays(), *(np.ascontiguousarray(v.ravel()) for v in (a, b, c, e)))
+        return out.reshape(a.shape) if a.ndim else float(out[0])
+
     def describe(self) -> str:
         e = self.error
         lo, hi = self.q_range
@@ -613,11 +759,12 @@ class Table:
         ncells = sum(len(p.cells) for p in self.panels.values())
         return (f"table of {self.name}: {self.kind}" + (f" degree {self.degree}" if self.kind == "homogeneous" else "")
                 + f", parity {('none', 'odd', 'even')[self.parity]}, {rng}, {len(self.panels)} panel(s), {ncells} cells; "
-                + ", ".join(f"{k} <= {v:.1e}" for k, v in e.items()) + f"; nodes by {self.info['evaluator']}")
+                + ", ".join(f"{k} <= {v:.1e}" for k, v in e.items()) + f"; nodes by {self.info['evaluator']}"
+                + f"; D by {self.info.get('D')}")
 
 
 def _accept(T, p, pn):
-    vals = [v for k, v in pn.err.items() if k in ("V", "C")]
+    vals = [v for k, v in pn.err.items() if k in ("V", "C", "D")]
     worst = math.nan if any(v != v for v in vals) else max(vals)
     if not worst <= ACCEPT:
         raise TableError(f"{T.name}: panel {p} reaches only {worst:.1e} at held-out points (required {ACCEPT:.0e})")
@@ -626,8 +773,9 @@ def _accept(T, p, pn):
 
 # ----------------------------------------------------------------------------- packing + compiled maps
 # Layout of the flat data array M (one float64 array: one cheap argument for the compiled code).
-_H = 16   # header: kind, parity, p_lo, p_hi, E0, degree, scaled, V1, psi0^2, 2^E0, 2^(E0/2),
-#           offsets of: V coefficients, per-panel first cell, cell edges, cell coefficients; cell block size
+_H = 20   # header: kind, parity, p_lo, p_hi, E0, degree, scaled, V1, psi0^2, 2^E0, 2^(E0/2),
+#           offsets of: V coefficients, per-panel first cell, cell edges, cell coefficients; cell block size;
+#           has R cells, offsets of: per-panel first R cell, R cell edges, R cell coefficients
 
 
 def _pack(T):
@@ -639,6 +787,8 @@ def _pack(T):
         raise TableError(f"{T.name}: panels {ps} are not contiguous")
     blk = N_TH if T.kind == "homogeneous" else N_T * N_TH
     vco, first, edges, cco = [], [0], [], []
+    rfirst, redges, rco = [0], [], []
+    hasR = all(T.panels[p].rcells for p in range(plo, phi + 1)) if T.panels else False
     for p in range(plo, phi + 1):
         pn = T.panels[p]
         if T.kind == "general":
@@ -651,16 +801,27 @@ def _pack(T):
             edges += [a, b]
             cco.append(coef.ravel())
         first.append(first[-1] + len(pn.cells))
+        for a, b, coef in (pn.rcells if hasR else []):
+            if coef.size != blk:
+                raise TableError(f"R cell shape {coef.shape}: the compiled evaluation needs {blk} coefficients")
+            redges += [a, b]
+            rco.append(coef.ravel())
+        rfirst.append(rfirst[-1] + (len(pn.rcells) if hasR else 0))
     vco = np.concatenate(vco) if vco else np.zeros(0)
     OV = _H
     OP = OV + vco.size
     OE = OP + len(first)
     OC = OE + len(edges)
+    RP = OC + blk * len(cco)
+    RE = RP + len(rfirst)
+    RC = RE + len(redges)
     head = [1 if T.kind == "homogeneous" else 0, T.parity, plo, phi, E0, T.degree, 1 if T.psi0sq == 0 else 0,
-            T.V1 if T.V1 is not None else np.nan, T.psi0sq, 2.0 ** E0, 2.0 ** (E0 / 2), OV, OP, OE, OC, blk]
+            T.V1 if T.V1 is not None else np.nan, T.psi0sq, 2.0 ** E0, 2.0 ** (E0 / 2), OV, OP, OE, OC, blk,
+            1 if hasR else 0, RP, RE, RC]
     assert len(head) == _H
     return np.concatenate([np.asarray(head, dtype=float), vco, np.asarray(first, dtype=float),
-                           np.asarray(edges, dtype=float)] + cco)
+                           np.asarray(edges, dtype=float)] + cco
+                          + [np.asarray(rfirst, dtype=float), np.asarray(redges, dtype=float)] + rco)
 
 
 MAPS_SOURCE = cheb.compiled_source(N_T) + """
@@ -678,6 +839,23 @@ def _panel(M, q):
     if p < M[2] or p > M[3] or not (0.0 <= q < math.inf):
         return -1, x
     return p - int(M[2]), x
+
+
+@njit(inline="always", **_OPTS)
+def _locate(M, OP, OE, i, th):
+    \"\"\"(j, y): the last cell j of panel i (index table at OP, edges at OE) whose lower edge is <= theta,
+    and theta's coordinate y in [-1, 1] in it.\"\"\"
+    lo = int(M[OP + i])
+    hi = int(M[OP + i + 1]) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if M[OE + 2 * mid] <= th:
+            lo = mid
+        else:
+            hi = mid - 1
+    ta = M[OE + 2 * lo]
+    tb = M[OE + 2 * lo + 1]
+    return lo, min(1.0, max(-1.0, (2.0 * th - ta - tb) / (tb - ta)))
 
 
 @njit(inline="always", **_OPTS)
@@ -729,19 +907,7 @@ def C(M, q1, q2, q12):
         i, x = _panel(M, q1)
         if i < 0:
             return math.nan
-    OP = int(M[12])
-    lo = int(M[OP + i])
-    hi = int(M[OP + i + 1]) - 1
-    OE = int(M[13])
-    while lo < hi:   # the last cell whose lower edge is <= theta
-        mid = (lo + hi + 1) // 2
-        if M[OE + 2 * mid] <= th:
-            lo = mid
-        else:
-            hi = mid - 1
-    ta = M[OE + 2 * lo]
-    tb = M[OE + 2 * lo + 1]
-    y = min(1.0, max(-1.0, (2.0 * th - ta - tb) / (tb - ta)))
+    lo, y = _locate(M, int(M[12]), int(M[13]), i, th)
     o = int(M[14]) + int(M[15]) * lo
     if hom:
         g = _cheb1(M, o, y)
@@ -758,6 +924,64 @@ def C(M, q1, q2, q12):
 
 
 @njit(**_OPTS)
+def D(M, q1, q2, q12, d):
+    \"\"\"E[(psi(u) - psi(v))^2], d = q1 + q2 - 2 q12 (accurate as c -> 1; q12 is used only for theta > pi/2).
+    With s2 = sin^2(theta/2) (equal norms: d/(4q)) and R(theta) = (V - C)/(q s2) from the R-cells:
+    general kind (q2 = q1): D = 2 q s2 R; homogeneous of degree n:
+    D = V1 (q1^(n/2) - q2^(n/2))^2 + 2 (q1 q2)^(n/2) s2 R, s2 = (d - (sqrt q1 - sqrt q2)^2)/(4 sqrt(q1 q2)).
+    theta > pi/2: odd psi D = V + V - 2C (C <= 0), even psi R at pi - theta with cos^2(theta/2) = (1 + c)/2.
+    No R-cells (no cancellation-free node rule): V + V - 2C.\"\"\"
+    hom = M[0] == 1.0
+    par = int(M[1])
+    if not hom and q1 != q2:
+        return math.nan
+    if M[16] == 0.0:
+        return V(M, q1) + V(M, q2) - 2.0 * C(M, q1, q2, q12)
+    i = 0
+    x = 0.0
+    a0 = 0.0
+    if hom:
+        n = int(M[5])
+        if q1 == q2:
+            sq = q1
+            s2 = d / (4.0 * q1) if q1 > 0.0 else 0.0
+        else:
+            r1 = math.sqrt(q1)
+            r2 = math.sqrt(q2)
+            sq = r1 * r2
+            dr = (q1 - q2) / (r1 + r2)          # sqrt(q1) - sqrt(q2) without cancellation
+            sn = 0.0                             # (r1^n - r2^n)/(r1 - r2)
+            for j in range(n):
+                sn += r1 ** j * r2 ** (n - 1 - j)
+            a0 = M[7] * (dr * sn) ** 2
+            s2 = (d - dr * dr) / (4.0 * sq) if sq > 0.0 else 0.0
+        scale = 2.0 * sq ** n
+    else:
+        i, x = _panel(M, q1)
+        if i < 0:
+            return math.nan
+        sq = q1
+        s2 = d / (4.0 * q1) if q1 > 0.0 else 0.0
+        scale = 2.0 * q1
+    if sq == 0.0:
+        return a0
+    s2 = min(max(s2, 0.0), 1.0)
+    if s2 <= 0.5:
+        co2 = 1.0 - s2
+    else:
+        co2 = min(max((sq + q12) / (2.0 * sq), 0.0), 1.0)
+        if par == 1:
+            return V(M, q1) + V(M, q2) - 2.0 * C(M, q1, q2, q12)
+        if par == 2:
+            s2, co2 = co2, s2
+    th = 2.0 * math.atan2(math.sqrt(s2), math.sqrt(co2))
+    lo, y = _locate(M, int(M[17]), int(M[18]), i, th)
+    o = int(M[19]) + int(M[15]) * lo
+    r = _cheb1(M, o, y) if hom else _cheb2(M, o, x, y)
+    return a0 + scale * s2 * r
+
+
+@njit(**_OPTS)
 def V_many(M, q):
     out = np.empty(q.shape[0])
     for i in range(q.shape[0]):
@@ -771,6 +995,15 @@ def C_many(M, q1, q2, q12):
     for i in range(q1.shape[0]):
         ok = M[0] == 1.0 or (q1[i] == q2[i] and _panel(M, q1[i])[0] >= 0)
         out[i] = C(M, q1[i], q2[i], q12[i]) if ok else math.nan
+    return out
+
+
+@njit(**_OPTS)
+def D_many(M, q1, q2, q12, d):
+    out = np.empty(q1.shape[0])
+    for i in range(q1.shape[0]):
+        ok = M[0] == 1.0 or (q1[i] == q2[i] and _panel(M, q1[i])[0] >= 0)
+        out[i] = D(M, q1[i], q2[i], q12[i], d[i]) if ok else math.nan
     return out
 """.replace("NT * i", f"{N_T} * i")
 
@@ -821,9 +1054,12 @@ def save(T):
                 panels={})
     for p, pn in T.panels.items():
         data[f"v{p}"] = pn.vcoef
-        meta["panels"][str(p)] = dict(err=pn.err, cells=[(a, b) for a, b, _ in pn.cells])
+        meta["panels"][str(p)] = dict(err=pn.err, cells=[(a, b) for a, b, _ in pn.cells],
+                                      rcells=[(a, b) for a, b, _ in pn.rcells])
         for j, (_, _, coef) in enumerate(pn.cells):
             data[f"c{p}_{j}"] = coef
+        for j, (_, _, coef) in enumerate(pn.rcells):
+            data[f"r{p}_{j}"] = coef
     data["meta"] = np.array(json.dumps(meta, sort_keys=True))
     save_npz(path, data)
     T.info["path"] = str(path)
@@ -839,7 +1075,8 @@ def _read(path, K):
         T.V1, T.info = meta["V1"], meta["info"]
         for p, d in meta["panels"].items():
             cells = [(a, b, z[f"c{p}_{j}"]) for j, (a, b) in enumerate(d["cells"])]
-            T.panels[int(p)] = Panel(z[f"v{p}"], cells, d["err"])
+            rcells = [(a, b, z[f"r{p}_{j}"]) for j, (a, b) in enumerate(d.get("rcells", []))]
+            T.panels[int(p)] = Panel(z[f"v{p}"], cells, d["err"], rcells)
         T.info["path"] = str(path)
         return T
     except (OSError, ValueError, KeyError):
@@ -911,6 +1148,86 @@ def C_scalar(M, q1, q2, q12):
     if M[6] == 0.0:
         return g
     return q12 * g if par == 1 else q1 * g
+
+
+def _cell_scalar(M, OP, OE, OC, i, x, th, hom):
+    """Python twin of the compiled _locate + _cheb1/_cheb2: the cell interpolant at (x, theta)."""
+    lo, hi = int(M[OP + i]), int(M[OP + i + 1]) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if M[OE + 2 * mid] <= th:
+            lo = mid
+        else:
+            hi = mid - 1
+    ta, tb = M[OE + 2 * lo], M[OE + 2 * lo + 1]
+    y = min(1.0, max(-1.0, (2.0 * th - ta - tb) / (tb - ta)))
+    blk = int(M[15])
+    c = M[OC + blk * lo:OC + blk * (lo + 1)]
+    ty = cheb.basis(y, N_TH)
+    return float(c @ ty) if hom else float(cheb.basis(x, N_T) @ c.reshape(N_T, N_TH) @ ty)
+
+
+def D_scalar(M, q1, q2, q12, d):
+    """The compiled D of MAPS_SOURCE for one point, in Python/NumPy (no compilation), or None outside the
+    table (general kind: unequal norms or q's panel not built)."""
+    hom, par = M[0] == 1.0, int(M[1])
+    if not hom and q1 != q2:
+        return None
+    if M[16] == 0.0:
+        c = C_scalar(M, q1, q2, q12)
+        if c is None:
+            return None
+        n = int(M[5])
+        Vs = [M[7] * q ** n if hom else None for q in (q1, q2)]
+        if not hom:
+            i, x = _panel_scalar(M, q1)
+            if i is None:
+                return None
+            v = float(cheb.chebval(x, M[int(M[11]) + N_T * i:int(M[11]) + N_T * (i + 1)]))
+            Vs = [q1 * v if M[6] == 1.0 else v] * 2
+        return Vs[0] + Vs[1] - 2.0 * c
+    i, x, a0 = 0, 0.0, 0.0
+    if hom:
+        n = int(M[5])
+        if q1 == q2:
+            sq, s2 = q1, (d / (4.0 * q1) if q1 > 0 else 0.0)
+        else:
+            r1, r2 = math.sqrt(q1), math.sqrt(q2)
+            sq, dr = r1 * r2, (q1 - q2) / (r1 + r2)
+            a0 = M[7] * (dr * sum(r1 ** j * r2 ** (n - 1 - j) for j in range(n))) ** 2
+            s2 = (d - dr * dr) / (4.0 * sq) if sq > 0 else 0.0
+        scale = 2.0 * sq ** n
+    else:
+        i, x = _panel_scalar(M, q1)
+        if i is None:
+            return None
+        sq, s2, scale = q1, (d / (4.0 * q1) if q1 > 0 else 0.0), 2.0 * q1
+    if sq == 0.0:
+        return a0
+    s2 = min(max(s2, 0.0), 1.0)
+    co2 = 1.0 - s2
+    if s2 > 0.5:
+        co2 = min(max((sq + q12) / (2.0 * sq), 0.0), 1.0)
+        if par == 1:
+            M16 = M.copy()
+            M16[16] = 0.0
+            return D_scalar(M16, q1, q2, q12, d)
+        if par == 2:
+            s2, co2 = co2, s2
+    th = 2.0 * math.atan2(math.sqrt(s2), math.sqrt(co2))
+    return a0 + scale * s2 * _cell_scalar(M, int(M[17]), int(M[18]), int(M[19]), i, x, th, hom)
+
+
+def _panel_scalar(M, q):
+    """(i, x) of q's stored panel, or (None, x) outside (Python twin of the compiled _panel)."""
+    if q < M[9]:
+        p, x = 0, 2.0 * math.sqrt(q) / M[10] - 1.0
+    else:
+        mant, e = math.frexp(q)
+        p, x = e - int(M[4]), 2.0 * math.log2(mant) + 1.0
+    if p < M[2] or p > M[3] or not (0.0 <= q < math.inf):
+        return None, x
+    return int(p - M[2]), x
 
 
 # ----------------------------------------------------------------------------- sf.C's fast path

@@ -28,6 +28,7 @@ from sympy.printing.latex import LatexPrinter
 
 from symfield.symbolic import gaussian as G
 from symfield.symbolic.activation import Activation, activation, is_monotone
+from symfield.symbolic.distance import SinMinusTCos, distance
 from symfield.symbolic.formula import X as x
 from symfield.symbolic.integrals import GaussianIntegral, Kind
 from symfield.symbolic.kernel import kernel
@@ -337,7 +338,7 @@ def derive(act, pool=None, k=2) -> str:
     parts = [_preamble(act), _conventions(act), _activation_section(act, K)]
     if act.pool is not None and act.k > 1:
         parts.append(_pool_section(act))
-    parts += [_variance(K), _mean(K), _covariance(K), _slopes(K), _eoc(K), _depth(K), _igb(K), _numerics(K),
+    parts += [_variance(K), _mean(K), _covariance(K), _distance(K), _slopes(K), _eoc(K), _depth(K), _igb(K), _numerics(K),
               [r"\end{document}", ""]]
     return "\n".join(line for part in parts for line in part)
 
@@ -518,6 +519,28 @@ def _covariance(K):
     return out
 
 
+def _distance(K):
+    """The distance map D(q, d) = E[(psi(u) - psi(v))^2] at equal norms, in its cancellation-free form."""
+    D = distance(K)
+    out = [r"\section{Distance map}",
+           r"The squared distance of two inputs' pre-activations, $d = q_{aa} + q_{bb} - 2 q_{ab}$, has its own map "
+           r"$d^{(l+1)} = \sigma_w^2 D(q^{(l)}, d^{(l)})$ with $D = \E[(\psi(u) - \psi(v))^2] = 2V(q) - 2C(q, q, q - d/2)$ "
+           r"at equal norms: the bias cancels, and $D = d\,\E[\psi'^2] + O(d^2)$ as $d \to 0$, so "
+           r"$\gamma = 2 q_{ab}/d$ and $1 - c = d/(2q)$ keep their relative accuracy at any depth."]
+    if D.stable:
+        out += [f"Written without the cancellation of $2V - 2C$ ({_tt(D.method)}"
+                + (r"; $W(t) = \sin t - t\cos t = t^3/3 - t^5/30 + \dots$" if D.near_eq.has(SinMinusTCos) else "")
+                + r"), for $d \le q$:", *_eq("D(q, d)", D.near_eq, None)]
+    elif K.closed_form:
+        out += [r"No cancellation-free form was found: $D$ is evaluated as the plain difference $2V - 2C$, which "
+                r"loses digits as $c \to 1$ (the numerics say so)."]
+    else:
+        out += [r"There is no closed form; for small $d$, with $u, v = m \pm \delta/2$ ($m$ and $\delta$ independent "
+                r"Gaussians of variances $q - d/4$ and $d$), $D = d\,\E_w\big[w^2\,\E_m[(\int_{-1/2}^{1/2} "
+                r"\psi'(m + t\sqrt{d}\,w)\,dt)^2]\big]$ needs $\psi'$ only; the tables tabulate $D/d$."]
+    return out + [""]
+
+
 def _slopes(K):
     out = [r"\section{Slopes: $\E[\psi'^2]$ and $\chi_1$}",
            *_map_block(K, "dpsi2", r"\E[\psi'^2](q)", r"The gradient factor needs $\E[\psi'^2](q) = "
@@ -570,16 +593,17 @@ def _eoc(K):
                 r"layer, which equals 1 at the variance criterion",
                 *_eq(r"\sigma_{w}^{2}", 1 / V1, "qgrowth_sw")]
         if sp.simplify(V1 - d) == 0:
-            out += [r"The two coincide, so the edge of chaos is the single point $\sigma_b^2 = 0$ with this "
-                    r"$\sigma_w^2$. For $\sigma_b^2 > 0$ there is no EOC curve: $q^*$ diverges exactly where $\chi_1$ "
-                    r"reaches 1 (and the eliminated equation reads $q^* = q^* + \sigma_b^2$).", ""]
+            out += [r"The two coincide, so the edge of chaos is the vertical line with this $\sigma_w^2$ at every "
+                    r"$\sigma_b^2$. For $\sigma_b^2 > 0$ the variance fixed point is infinite there: $q^*$ diverges "
+                    r"exactly where $\chi_1$ reaches 1 (the eliminated equation reads $q^* = q^* + \sigma_b^2$).", ""]
         else:
             rel = "<" if bool(sp.N(d - V1) < 0) else ">"
             out += [f"The two differ ($\\E[\\psi'^2] {rel} V(1)$): where gradients are preserved the variance "
                     r"is not, and the slope of the $c$-map at $c = 1$ at $\sigma_b^2 = 0$ is "
                     f"$\\chi_1/(\\sigma_w^2 V(1)) = \\E[\\psi'^2]/V(1) {rel} 1$ for every $\\sigma_w^2$. "
-                    r"For $\sigma_b^2 > 0$ the eliminated equation $q = q\,V(1)/\E[\psi'^2] + \sigma_b^2$ has no "
-                    r"finite root, so there is no EOC curve.", ""]
+                    r"The edge of chaos is still the vertical line $\sigma_w^2 = 1/\E[\psi'^2]$; for $\sigma_b^2 > 0$ "
+                    r"the eliminated equation $q = q\,V(1)/\E[\psi'^2] + \sigma_b^2$ has no finite root, so $q^*$ is "
+                    r"infinite on it.", ""]
         return out
     if not K.V.has(sp.Integral) and not K.dpsi2.has(sp.Integral):
         h = sp.simplify(K.V / K.dpsi2).subs(q, qstar) + sb2

@@ -1,12 +1,12 @@
 """Check a new activation three ways before trusting its mean-field theory.
 
-    report = verify("x*erf(x)")        # report.ok, report.table(), report.to_dict()
+    report = verify("x*erf(x)")        # report.status, report.ok, report.table(), report.to_dict()
 
 Steps (each recorded in the report):
 
 1. Formula: parsed by the safe allow-list parser (not a formula -> FormulaError, nothing else runs);
    Gaussian moments must be finite (log|phi|, log|phi'| = o(x^2)); a divergent formula gives a
-   report with ``ok = False`` and the reason, and no further checks.
+   report with status "fail" and the reason, and no further checks.
 2. Closed forms: how each kernel map was obtained (``Kernel.methods``).
 3. V(q), C(q1, q2, q12) and E[psi'^2](q) (= chi1 at sigma_w2 = 1), and E[psi](q), three ways:
    the package (closed form, or its quadrature), an independent mpmath quadrature of the defining
@@ -17,11 +17,18 @@ Steps (each recorded in the report):
 4. Drift: E[psi] != 0 means one layer with sigma_b2 = 0 turns centred inputs into drifting ones
    (gamma^(2) = E[psi]^2/(V - E[psi]^2) at q = sigma_w2).
 5. Edge of chaos at a few sigma_b2 (``sf.eoc``), each point re-checked with the mpmath integrals:
-   sigma_w2 E[psi'^2](q*) = 1 and sigma_w2 V(q*) + sigma_b2 = q*. Positively homogeneous activations
-   have no EOC curve; that is reported, not failed.
-6. Phase of standard initialisations (``sf.phase``), each under a time budget.
+   sigma_w2 E[psi'^2](q*) = 1 and sigma_w2 V(q*) + sigma_b2 = q*. Where no EOC exists (sf.eoc says
+   why, e.g. positively homogeneous or E[psi'^2](0+) = 0) that is reported ("n/a"), not failed. An EOC
+   q* with q-map slope sigma_w2 V'(q*) > 1 is an UNSTABLE fixed point: a warning (the network's q
+   does not reach it, so chi1 = 1 there does not describe the network).
+6. Phase of standard initialisations (``sf.phase``), each under a time limit (``phase_seconds``).
 7. Problems: divergent moments, non-differentiable points, float64 overflow or cancellation in the
    formula itself, disagreements between the three evaluations.
+
+Every check has a status: "pass", "fail" or "inconclusive" (it did not finish within its time
+limit, or could not run: an evaluation raised, an oracle was not finite). ``report.status`` is
+"fail" if any check failed, else "inconclusive" if any check is inconclusive, else "pass";
+``report.ok`` is True only for "pass" (every check ran and held). ``symfield verify`` exits 0, 1, 3.
 """
 from __future__ import annotations
 
@@ -54,9 +61,15 @@ PHASE_SECONDS = 5.0
 PROBE = (-700.0, -300.0, -100.0, -40.0, -10.0, -1.0, -1e-3, 0.0, 1e-3, 1.0, 10.0, 40.0, 100.0, 300.0, 700.0)
 
 
+PASS, FAIL, INCONCLUSIVE, NA = "pass", "fail", "inconclusive", "n/a"
+EXIT_CODES = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3}     # `symfield verify` exit status per report.status
+# what an evaluation may raise when it cannot deliver a number (recorded as an inconclusive check)
+EVAL_ERRORS = (ValueError, ArithmeticError, NotImplementedError, TypeError, TimeLimitExceeded)
+
+
 @dataclass
 class Check:
-    """One quantity at one point, three ways."""
+    """One quantity at one point, three ways; ``status`` "pass", "fail" or "inconclusive"."""
     quantity: str
     point: tuple
     package: float
@@ -66,13 +79,19 @@ class Check:
     scale: float
     ok: bool
     note: str = ""
+    status: str = ""
 
 
 @dataclass
 class Report:
+    """``status``: "pass" (every check ran and held; ``ok`` True), "fail" (a check failed; the
+    reasons in ``failures``) or "inconclusive" (nothing failed, but a check did not finish or could
+    not run; the reasons in ``inconclusive``). ``warnings``: findings that are not failures (an
+    unstable edge-of-chaos point)."""
     formula: str
     activation: str = ""
     ok: bool = True
+    status: str = PASS
     moments_finite: bool = True
     methods: dict = field(default_factory=dict)
     closed_form: bool = False
@@ -81,13 +100,23 @@ class Report:
     eoc: list = field(default_factory=list)
     phases: list = field(default_factory=list)
     problems: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
     failures: list = field(default_factory=list)
+    inconclusive: list = field(default_factory=list)
     timings: dict = field(default_factory=dict)
     settings: dict = field(default_factory=dict)
 
     def fail(self, why):
-        self.ok = False
+        """A check ran and did not hold."""
+        self.ok, self.status = False, FAIL
         self.failures.append(why)
+
+    def undetermined(self, why):
+        """A check did not finish or could not run: never counted as passed."""
+        self.ok = False
+        if self.status != FAIL:
+            self.status = INCONCLUSIVE
+        self.inconclusive.append(why)
 
     def to_dict(self) -> dict:
         """Plain JSON-ready data (non-finite floats as the strings 'inf', '-inf', 'nan')."""
@@ -145,13 +174,17 @@ class _Phi:
 def verify(formula, *, seed=0, n_mc=200_000, dps=20, phase_seconds=PHASE_SECONDS) -> Report:
     """Check an activation (a formula in x or a built-in name) three ways; see the module docstring.
 
-    Raises FormulaError (a ValueError) when ``formula`` is not a formula; every other finding is
-    recorded in the returned :class:`Report` (``ok`` False when a check fails)."""
+    ``phase_seconds``: wall-clock limit per phase check (> 0 s, or None for no limit); a phase not
+    determined in time makes the report inconclusive, never passed. Raises FormulaError (a
+    ValueError) when ``formula`` is not a formula; every other finding is recorded in the returned
+    :class:`Report` (``status`` "pass" / "fail" / "inconclusive"; ``ok`` True only for "pass")."""
     if not isinstance(formula, str):
         raise TypeError(f"The 'formula' parameter of verify must be a str. Got {formula!r} instead.")
     seed = validate.integer("verify", "seed", seed, lo=0)
     n_mc = validate.integer("verify", "n_mc", n_mc, lo=1000, hi=10**8)
     dps = validate.integer("verify", "dps", dps, lo=15, hi=50)
+    if phase_seconds is not None:
+        phase_seconds = float(validate.real("verify", "phase_seconds", phase_seconds, lo=0, lo_open=True))
     rep = Report(formula=formula, settings=dict(seed=seed, n_mc=n_mc, dps=dps, rel_tol=REL_TOL, mc_sigmas=MC_SIGMAS,
                                                 phase_seconds=phase_seconds))
     t0 = time.perf_counter()
@@ -225,28 +258,56 @@ def _float64_problems(rep, phi):
 
 
 def _three_way(rep, act, phi, zz, dps):
-    V = {}
+    def sq(which):
+        f = phi.f(which)
+        return lambda t: f(t) ** 2
+
+    def v_mp(q):                    # V(q) by mpmath, the scale of E[psi] and C
+        return float(mp_expect1(sq("phi"), q, phi.kinks, 15))
+
     for qv in Q_POINTS:
-        for name, which in (("V", "phi"), ("chi1 (sigma_w2 = 1)", "dphi")):
-            key = "V" if name == "V" else "dpsi2"
-            pkg = float(maps.map_value(act, key, qv))
-            ref = float(mp_expect1(lambda t, f=phi.f(which): f(t) ** 2, qv, phi.kinks, dps))
-            mc, se = mc_expect(phi.vf(which), phi.vf(which), zz, qv)
-            if key == "V":
-                V[qv] = ref
-            _record(rep, name, (qv,), pkg, ref, mc, se, abs(ref))
-    for qv in (1.0,):
-        pkg = float(maps.map_value(act, "mean", qv))
-        ref = float(mp_expect1(phi.f("phi"), qv, phi.kinks, dps))
-        mc, se = mc_expect(phi.vf("phi"), None, zz, qv)
-        _record(rep, "E[psi]", (qv,), pkg, ref, mc, se, math.sqrt(V[qv]))
+        for name, key, which in (("V", "V", "phi"), ("chi1 (sigma_w2 = 1)", "dpsi2", "dphi")):
+            _leg(rep, name, (qv,), lambda: maps.map_value(act, key, qv),
+                 lambda: mp_expect1(sq(which), qv, phi.kinks, dps),
+                 lambda: mc_expect(phi.vf(which), phi.vf(which), zz, qv), abs)
+    _leg(rep, "E[psi]", (1.0,), lambda: maps.map_value(act, "mean", 1.0),
+         lambda: mp_expect1(phi.f("phi"), 1.0, phi.kinks, dps),
+         lambda: mc_expect(phi.vf("phi"), None, zz, 1.0), lambda ref: math.sqrt(v_mp(1.0)))
     for a, b, c in C_POINTS:
-        pkg = float(maps.map_value(act, "C", a, b, c))
-        ref = float(mp_expect2(phi.f("phi"), phi.f("phi"), a, b, c, phi.kinks))
-        mc, se = mc_expect(phi.vf("phi"), phi.vf("phi"), zz, a, b, c)
-        va = float(mp_expect1(lambda t: phi.f("phi")(t) ** 2, a, phi.kinks, 15))
-        vb = float(mp_expect1(lambda t: phi.f("phi")(t) ** 2, b, phi.kinks, 15))
-        _record(rep, "C", (a, b, c), pkg, ref, mc, se, math.sqrt(va * vb))
+        _leg(rep, "C", (a, b, c), lambda: maps.map_value(act, "C", a, b, c),
+             lambda: mp_expect2(phi.f("phi"), phi.f("phi"), a, b, c, phi.kinks),
+             lambda: mc_expect(phi.vf("phi"), phi.vf("phi"), zz, a, b, c),
+             lambda ref: math.sqrt(v_mp(a) * v_mp(b)))
+
+
+def _leg(rep, name, point, package, oracle, monte_carlo, scale):
+    """Evaluate the three legs (callables, run here) and record the check; a leg that raises or an
+    oracle that is not finite makes the check inconclusive (the package is not blamed)."""
+    try:
+        pkg = float(package())
+    except EVAL_ERRORS as err:
+        return _undetermined(rep, name, point, f"the package raised {type(err).__name__}: {_line(err)}")
+    try:
+        ref = float(oracle())
+        mc, se = (float(v) for v in monte_carlo())
+        sc = float(scale(ref))
+    except (*EVAL_ERRORS, ZeroDivisionError) as err:
+        return _undetermined(rep, name, point, f"an oracle raised {type(err).__name__}: {_line(err)}", pkg)
+    if not all(math.isfinite(v) for v in (ref, mc, se, sc)):
+        return _undetermined(rep, name, point, f"an oracle is not finite (mpmath {ref:.6g}, Monte Carlo "
+                                               f"{mc:.6g} +- {se:.2g}, scale {sc:.6g})", pkg)
+    _record(rep, name, point, pkg, ref, mc, se, sc)
+    return None
+
+
+def _line(err):
+    return (str(err).splitlines() or [""])[0]
+
+
+def _undetermined(rep, name, point, why, pkg=math.nan):
+    nan = math.nan
+    rep.checks.append(Check(name, point, pkg, nan, nan, nan, nan, False, "could not run: " + why, INCONCLUSIVE))
+    rep.undetermined(f"{name}{point}: {why}")
 
 
 def _record(rep, name, point, pkg, ref, mc, se, scale):
@@ -258,19 +319,27 @@ def _record(rep, name, point, pkg, ref, mc, se, scale):
         note.append(f"package vs mpmath differ by {abs(pkg - ref) / scale:.2g} (relative to scale)")
     if not ok_mc:
         note.append(f"package vs Monte Carlo differ by {abs(pkg - mc) / max(se, 1e-300):.2g} standard errors")
-    chk = Check(name, point, pkg, ref, mc, se, scale, ok_mp and ok_mc, "; ".join(note))
+    ok = ok_mp and ok_mc
+    chk = Check(name, point, pkg, ref, mc, se, scale, ok, "; ".join(note), PASS if ok else FAIL)
     rep.checks.append(chk)
     if not chk.ok:
         rep.fail(f"{name}{point}: {chk.note}")
 
 
 def _drift(rep, act, K):
-    exact_zero = sp.simplify(K.mean) == 0 if not K.mean.has(sp.Integral) else \
-        sp.expand(act.expr + act.expr.subs(x, -x)) == 0 and act.pool in (None, "avg")
-    m = float(maps.map_value(act, "mean", 1.0))
-    V = float(maps.map_value(act, "V", 1.0))
-    mc = next(c for c in rep.checks if c.quantity == "E[psi]")
-    creates = not exact_zero and abs(m) > max(MC_SIGMAS * mc.mc_stderr, 1e-12 * math.sqrt(V))
+    """E[psi] and the drift of one layer (a report, not a check; inconclusive if it cannot be computed)."""
+    rep.mean = dict(exact_zero=None, value_q1=None, creates_drift=None, gamma2_sigma_w2_1=None, reason="")
+    try:
+        exact_zero = sp.simplify(K.mean) == 0 if not K.mean.has(sp.Integral) else \
+            sp.expand(act.expr + act.expr.subs(x, -x)) == 0 and act.pool in (None, "avg")
+        m = float(maps.map_value(act, "mean", 1.0))
+        V = float(maps.map_value(act, "V", 1.0))
+    except EVAL_ERRORS as err:
+        rep.mean["reason"] = f"not determined: {_line(err)}"
+        rep.undetermined(f"drift: E[psi] or V at q = 1 raised {type(err).__name__}: {_line(err)}")
+        return
+    se = next((c.mc_stderr for c in rep.checks if c.quantity == "E[psi]" and c.status != INCONCLUSIVE), 0.0)
+    creates = not exact_zero and abs(m) > max(MC_SIGMAS * se, 1e-12 * math.sqrt(V))
     gamma2 = 0.0 if exact_zero else m * m / (V - m * m)
     why = ("E[psi] = 0 identically" + (" (odd phi)" if not K.mean.has(sp.Integral) or exact_zero else "")) \
         if exact_zero else f"E[psi](q=1) = {m:.6g}"
@@ -279,57 +348,100 @@ def _drift(rep, act, K):
 
 
 def _eoc(rep, act, phi, dps):
+    """sf.eoc at each sigma_b2 of SIGMA_B2, re-checked with the mpmath integrals (:func:`_eoc_point`)."""
     for sb in SIGMA_B2:
-        row = dict(sigma_b2=sb, sigma_w2=None, q_star=None, note="")
+        row = dict(sigma_b2=sb, sigma_w2=None, q_star=None, q_slope=None, stable=None, status=NA, note="")
         try:
             e = fp.eoc(act, sb)
         except ArithmeticError as err:
-            row["note"] = f"root finding failed: {err}"
-            rep.fail(f"EOC at sigma_b2 = {sb:g}: {err}")
+            row.update(status=FAIL, note=f"root finding failed: {_line(err)}")
+            rep.fail(f"EOC at sigma_b2 = {sb:g}: {_line(err)}")
             rep.problems.append(f"numerical instability in the EOC root finder at sigma_b2 = {sb:g}")
-        except (ValueError, NotImplementedError) as err:
-            row["note"] = str(err).splitlines()[0] if "homogeneous" not in str(err) else \
+        except ValueError as err:       # sf.eoc states that no EOC exists here, and why
+            row["note"] = _line(err) if "homogeneous" not in str(err) else \
                 "positively homogeneous: no EOC curve for sigma_b2 > 0 (see sf.eoc)"
+        except (NotImplementedError, TimeLimitExceeded) as err:
+            row.update(status=INCONCLUSIVE, note=f"not determined: {_line(err)}")
+            rep.undetermined(f"EOC at sigma_b2 = {sb:g}: {_line(err)}")
         else:
-            sw, qs = float(e.sigma_w2), float(e.q_star)
-            row.update(sigma_w2=sw, q_star=qs)
-            if qs > 0:  # re-check the point with the independent mpmath integrals
-                d = float(mp_expect1(lambda t: phi.f("dphi")(t) ** 2, qs, phi.kinks, dps))
-                v = float(mp_expect1(lambda t: phi.f("phi")(t) ** 2, qs, phi.kinks, dps))
-                r1, r2 = abs(sw * d - 1), abs(sw * v + sb - qs) / qs
-                row["residuals"] = [r1, r2]
-                if max(r1, r2) > 1e-7:
-                    row["note"] = "EOC point fails the mpmath re-check"
-                    rep.fail(f"EOC at sigma_b2 = {sb:g}: chi1 - 1 = {r1:.2g}, q* residual = {r2:.2g} (mpmath)")
-            else:
-                d0 = float(phi.f("dphi")(mpmath.mpf(0)) ** 2)
-                row["note"] = "q* = 0: sigma_w2 = 1/E[psi'^2](0+)"
-                v0 = float(mp_expect1(lambda t: phi.f("phi")(t) ** 2, 1e-12, phi.kinks, dps))
-                if sw * v0 + sb > 1e-9:   # q = 0 must be a fixed point: sigma_w2 V(0+) + sigma_b2 = 0
-                    row["note"] = "inconsistent: q = 0 is not a fixed point"
-                    rep.fail(f"EOC at sigma_b2 = {sb:g}: sf.eoc returns sigma_w2 = {sw:.6g} with q* = 0, but q = 0 is "
-                             f"not a fixed point (sigma_w2 V(0+) + sigma_b2 = {sw * v0 + sb:.6g}, phi(0) = "
-                             f"{float(phi.f('phi')(mpmath.mpf(0))):.6g} != 0)")
-                if act.pool is None and not phi.kinks and abs(sw * d0 - 1) > 1e-9:
-                    rep.fail(f"EOC at sigma_b2 = 0: sigma_w2 phi'(0)^2 = {sw * d0:.6g}, expected 1")
+            try:
+                _eoc_point(rep, row, e, act, phi, dps)
+            except (*EVAL_ERRORS, ZeroDivisionError) as err:
+                row.update(status=INCONCLUSIVE, note=f"the mpmath re-check could not run: {_line(err)}")
+                rep.undetermined(f"EOC at sigma_b2 = {sb:g}: the mpmath re-check raised {type(err).__name__}: "
+                                 f"{_line(err)}")
         rep.eoc.append(row)
 
 
+def _eoc_point(rep, row, e, act, phi, dps):
+    """Re-check one EOC record with mpmath: chi1 = sigma_w2 E[psi'^2](q*) = 1 and q* = sigma_w2 V(q*) +
+    sigma_b2 (q* finite > 0); sigma_w2 E[psi'^2] = 1 at q = 1 (q* = inf, positively homogeneous psi);
+    q = 0 a fixed point (q* = 0). Flags an unstable q* (q-map slope sigma_w2 V'(q*) > 1)."""
+    sb = row["sigma_b2"]
+    sw, qs, slope = float(e.sigma_w2), float(e.q_star), float(getattr(e, "q_slope", math.nan))
+    row.update(sigma_w2=sw, q_star=qs, q_slope=slope, status=PASS,
+               stable=None if math.isnan(slope) else bool(slope <= 1))
+    row["note"] = _line(getattr(e, "note", "") or "").split(";")[0]     # e.g. "... is positively homogeneous: ..."
+    dpsi2 = lambda q: float(mp_expect1(lambda t: phi.f("dphi")(t) ** 2, q, phi.kinks, dps))  # noqa: E731
+    V = lambda q: float(mp_expect1(lambda t: phi.f("phi")(t) ** 2, q, phi.kinks, dps))  # noqa: E731
+    if math.isinf(qs):     # chi1 does not depend on q: check it at q = 1
+        r1 = abs(sw * dpsi2(1.0) - 1)
+        row["residuals"] = [r1]
+        if r1 > 1e-7:
+            row.update(status=FAIL, note="EOC point fails the mpmath re-check")
+            rep.fail(f"EOC at sigma_b2 = {sb:g}: chi1 - 1 = {r1:.2g} at q = 1 (mpmath)")
+    elif qs > 0:
+        r1, r2 = abs(sw * dpsi2(qs) - 1), abs(sw * V(qs) + sb - qs) / qs
+        row["residuals"] = [r1, r2]
+        if max(r1, r2) > 1e-7:
+            row.update(status=FAIL, note="EOC point fails the mpmath re-check")
+            rep.fail(f"EOC at sigma_b2 = {sb:g}: chi1 - 1 = {r1:.2g}, q* residual = {r2:.2g} (mpmath)")
+    else:
+        _eoc_at_zero(rep, row, act, phi, dps)
+    if 0 <= qs < math.inf and slope > 1 + 1e-9:
+        row.update(stable=False, note=f"UNSTABLE q* (q-map slope {slope:.4g} > 1)")
+        rep.warnings.append(
+            f"unstable EOC point at sigma_b2 = {sb:g} (sigma_w2 = {sw:.6g}, q* = {qs:.6g}): the variance map's "
+            f"slope sigma_w2 V'(q*) = {slope:.4g} > 1, so q* is an unstable fixed point. The layer recursion "
+            f"does not reach it (q runs away from q*), so a network at this sigma_w2 is not at the edge of "
+            f"chaos: chi1 = 1 holds only at q*, not at the q the network has.")
+
+
+def _eoc_at_zero(rep, row, act, phi, dps):
+    """q* = 0: q = 0 must be a fixed point, and sigma_w2 = 1/phi'(0)^2 for a smooth unpooled phi."""
+    sb, sw = row["sigma_b2"], row["sigma_w2"]
+    d0 = float(phi.f("dphi")(mpmath.mpf(0)) ** 2)
+    row["note"] = "q* = 0: sigma_w2 = 1/E[psi'^2](0+)"
+    v0 = float(mp_expect1(lambda t: phi.f("phi")(t) ** 2, 1e-12, phi.kinks, dps))
+    if sw * v0 + sb > 1e-9:   # q = 0 must be a fixed point: sigma_w2 V(0+) + sigma_b2 = 0
+        row.update(status=FAIL, note="inconsistent: q = 0 is not a fixed point")
+        rep.fail(f"EOC at sigma_b2 = {sb:g}: sf.eoc returns sigma_w2 = {sw:.6g} with q* = 0, but q = 0 is "
+                 f"not a fixed point (sigma_w2 V(0+) + sigma_b2 = {sw * v0 + sb:.6g}, phi(0) = "
+                 f"{float(phi.f('phi')(mpmath.mpf(0))):.6g} != 0)")
+    if act.pool is None and not phi.kinks and abs(sw * d0 - 1) > 1e-9:
+        row["status"] = FAIL
+        rep.fail(f"EOC at sigma_b2 = 0: sigma_w2 phi'(0)^2 = {sw * d0:.6g}, expected 1")
+
+
 def _phases(rep, act, seconds):
+    """sf.phase at each of INITS under a time limit; a phase not determined is inconclusive."""
     for label, sw, sb in INITS:
-        row = dict(init=label, sigma_w2=sw, sigma_b2=sb, phase=None, c_star=None, chi1=None, seconds=None, note="")
+        row = dict(init=label, sigma_w2=sw, sigma_b2=sb, phase=None, c_star=None, chi1=None, q_star=None,
+                   seconds=None, status=INCONCLUSIVE, note="")
+        where = f"phase at {label} (sigma_w2 = {sw:.4g}, sigma_b2 = {sb:g})"
         t = time.perf_counter()
         try:
             p = call_with_time_limit(seconds, fp.phase, act, sw, sb, 1e-6, True)
         except TimeLimitExceeded:
             row["note"] = f"not determined within {seconds:g} s"
-            rep.problems.append(f"slow: the phase at {label} (sigma_w2 = {sw:.4g}, sigma_b2 = {sb:g}) was not "
-                                f"determined within {seconds:g} s")
+            rep.undetermined(f"{where}: not determined within the time limit of {seconds:g} s "
+                             f"(raise it with --phase-seconds / phase_seconds)")
         except (ValueError, ArithmeticError, NotImplementedError) as err:
-            row["note"] = str(err).splitlines()[0]
-            rep.problems.append(f"phase at {label}: {row['note']}")
+            row["note"] = f"not determined: {_line(err)}"
+            rep.undetermined(f"{where}: {type(err).__name__}: {_line(err)}")
         else:
-            row.update(phase=p.label, c_star=float(p.c_star), chi1=float(p.slope), q_star=float(p.q_star))
+            row.update(phase=p.label, c_star=float(p.c_star), chi1=float(p.slope), q_star=float(p.q_star),
+                       status=PASS)
         row["seconds"] = time.perf_counter() - t
         rep.phases.append(row)
 
@@ -343,6 +455,9 @@ def _fmt(v, w=12):
     return str(v).rjust(w)
 
 
+MARK = {PASS: "ok", FAIL: "FAIL", INCONCLUSIVE: "INCONCLUSIVE", NA: "n/a"}
+
+
 def _table(rep: Report) -> str:
     L = [f"symfield verify {rep.formula!r}" + (f"  (activation {rep.activation})" if rep.activation else ""), ""]
     if not rep.moments_finite:
@@ -353,29 +468,45 @@ def _table(rep: Report) -> str:
         L.append(f"  {n:6s} {m}")
     L += ["", f"three-way checks (pass: |pkg - mpmath| <= {REL_TOL:g} x scale, |pkg - MC| <= {MC_SIGMAS:g} SE; "
               f"MC n = {rep.settings['n_mc']}, seed {rep.settings['seed']})",
-          f"  {'quantity':20s} {'point':18s} {'package':>14s} {'mpmath':>14s} {'Monte Carlo':>14s} {'SE':>9s}  ok"]
+          f"  {'quantity':20s} {'point':18s} {'package':>14s} {'mpmath':>14s} {'Monte Carlo':>14s} {'SE':>9s}  status"]
     for c in rep.checks:
         pt = ",".join(f"{p:g}" for p in c.point)
         L.append(f"  {c.quantity:20s} {pt:18s} {c.package:14.10g} {c.mpmath:14.10g} {c.monte_carlo:14.6g} "
-                 f"{c.mc_stderr:9.2g}  {'ok' if c.ok else 'FAIL'}")
+                 f"{c.mc_stderr:9.2g}  {MARK[c.status]}")
         if c.note:
             L.append(f"      {c.note}")
     m = rep.mean
-    L += ["", f"drift (IGB)         {'one layer creates drift' if m['creates_drift'] else 'no drift from one layer'}: "
-              f"{m['reason']}; gamma^(2) at sigma_w2 = 1: {m['gamma2_sigma_w2_1']:.6g}", "",
-          "edge of chaos       sigma_b2    sigma_w2          q*"]
+    drift = "not determined" if m["creates_drift"] is None else \
+        ("one layer creates drift" if m["creates_drift"] else "no drift from one layer")
+    g2 = "" if m["gamma2_sigma_w2_1"] is None else f"; gamma^(2) at sigma_w2 = 1: {m['gamma2_sigma_w2_1']:.6g}"
+    L += ["", f"drift (IGB)         {drift}: {m['reason']}{g2}", "",
+          "edge of chaos       sigma_b2    sigma_w2          q*  status"]
     for r in rep.eoc:
-        L.append(f"  {'':18s}{r['sigma_b2']:8g} {_fmt(r['sigma_w2'])} {_fmt(r['q_star'])}  {r['note']}")
-    L += ["", "phases              init               sigma_w2 sigma_b2  phase                    c*        chi1"]
+        L.append(f"  {'':18s}{r['sigma_b2']:8g} {_fmt(r['sigma_w2'])} {_fmt(r['q_star'])}  {MARK[r['status']]:4s}"
+                 f"  {r['note']}")
+    L += ["", "phases              init               sigma_w2 sigma_b2  phase                    c*        chi1"
+              "  status"]
     for r in rep.phases:
         L.append(f"  {'':18s}{r['init']:18s} {r['sigma_w2']:8.4g} {r['sigma_b2']:8g}  {str(r['phase'] or '-'):24s}"
-                 f"{_fmt(r['c_star'], 10)}{_fmt(r['chi1'], 10)}  {r['note']}")
+                 f"{_fmt(r['c_star'], 10)}{_fmt(r['chi1'], 10)}  {MARK[r['status']]}  {r['note']}")
     L.append("")
     L.append("problems            " + ("none" if not rep.problems else ""))
     L += [f"  - {p}" for p in rep.problems]
-    if rep.failures:
-        L += ["", "failures"] + [f"  - {f}" for f in rep.failures]
+    for title, items in (("warnings", rep.warnings), ("failures", rep.failures),
+                         ("inconclusive (did not finish or could not run; not counted as passed)", rep.inconclusive)):
+        if items:
+            L += ["", title] + [f"  - {f}" for f in items]
     tm = rep.timings
-    L += ["", "time                " + ", ".join(f"{k} {v:.1f} s" for k, v in tm.items()), "",
-          "RESULT: " + ("PASS" if rep.ok else "FAIL")]
+    L += ["", "time                " + ", ".join(f"{k} {v:.1f} s" for k, v in tm.items()), "", _result_line(rep)]
     return "\n".join(L)
+
+
+def _result_line(rep):
+    """RESULT: PASS (every check ran and held) / FAIL / INCONCLUSIVE (nothing failed, some checks did not finish)."""
+    if rep.status == PASS:
+        return "RESULT: PASS"
+    if rep.status == FAIL:
+        return f"RESULT: FAIL ({len(rep.failures)} failed" + \
+            (f", {len(rep.inconclusive)} inconclusive)" if rep.inconclusive else ")")
+    hint = "; a longer --phase-seconds may let them finish" if any("time limit" in w for w in rep.inconclusive) else ""
+    return f"RESULT: INCONCLUSIVE (nothing failed, but {len(rep.inconclusive)} check(s) did not finish or could not run{hint})"

@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import ast
 import difflib
+import math
 import re
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 
 import mpmath
+import numpy as np
 import sympy as sp
 
-from symfield.core import validate
+from symfield.core import timelimit, validate
 from symfield.symbolic.formula import FUNCTIONS, MAX_LENGTH, FormulaError, X, parse
 
 x = X
@@ -207,10 +209,12 @@ _PROBES = (-3.7, -1.3, -0.1, 0.0, 0.1, 1.3, 3.7, -30.0, 30.0)
 def check_gaussian_moments(expr, text=None):
     """Refuse formulas that are not real and finite on the line, or whose Gaussian moments diverge.
 
+    First the real singularities of phi and phi' (:func:`check_singularities`); then probes; then
     E[phi(sqrt(q) z)^2] is finite for every q only if log|phi(x)| = o(x^2); the same is
     required of phi' (chi1). Tested on log|f(x)|/x^2 at |x| = 300 and 3000.
     """
     text = text or str(expr)
+    check_singularities(expr, text)
     fn = sp.lambdify(x, expr, modules="mpmath")
     with mpmath.workdps(30):
         for p in _PROBES:
@@ -223,7 +227,7 @@ def check_gaussian_moments(expr, text=None):
                                    f"(at x = {p:g} it is {mpmath.nstr(val, 6)}).")
             if not mpmath.isfinite(val):
                 raise FormulaError(f"The formula {text!r} is not finite on the real line (at x = {p:g}).")
-        for f, what in ((expr, "phi"), (sp.diff(expr, x), "phi'")):
+        for f, what in ((expr, "phi"), (_derivative(expr), "phi'")):
             # |sin|, |cos| <= 1: bounding them keeps mpmath away from reducing huge arguments mod 2 pi
             f = f.replace(sp.sin, lambda a: sp.Integer(1)).replace(sp.cos, lambda a: sp.Integer(1))
             fn = sp.lambdify(x, f, modules="mpmath")
@@ -242,16 +246,235 @@ def check_gaussian_moments(expr, text=None):
                     f"The Gaussian expectations of {text!r} diverge: log|{what}(x)| grows like x^2 or faster "
                     f"(log|{what}|/x^2 = {mpmath.nstr(rates[1], 3)} at |x| = 3000), so E[{what}(sqrt(q) z)^2] "
                     f"is infinite for large q. symfield needs log|{what}(x)| = o(x^2).")
-    for den in _denominators(expr):
-        if den.is_polynomial(x) and sp.Poly(den, x).degree() > 0 and sp.real_roots(sp.Poly(den, x)):
-            raise FormulaError(f"The formula {text!r} has a pole on the real line (zero of {den}).")
     return expr
 
 
-def _denominators(expr):
-    for node in sp.preorder_traversal(expr):
-        if isinstance(node, sp.Pow) and node.exp.is_number and node.exp < 0:
-            yield node.base
+# ---------------------------------------------------------------- real singularities (poles, log, powers)
+SOLVE_SECONDS = 2.0   # time limit of one SymPy zero-set computation; past it the numeric scan decides
+ALLOWED = ("symfield needs phi(x) and phi'(x) finite and real-valued at every real x (kinks of "
+           "max/min/abs/relu/step are allowed, e.g. abs(x)**1.5, sqrt(1 + x**2), log(1 + exp(x))).")
+# f(a) with real poles at the real zeros of P(a): tan = sin/cos, ...
+_POLES = {sp.tan: sp.cos, sp.sec: sp.cos, sp.cot: sp.sin, sp.csc: sp.sin, sp.coth: sp.sinh, sp.csch: sp.sinh}
+_GRID = np.sinh(np.linspace(-math.asinh(3000.0), math.asinh(3000.0), 60001))   # |x| <= 3000, step 3e-4 at 0
+_NICE = (0, 1, -1, 2, -2, 3, -3, 0.5, -0.5, 10, -10)
+
+
+def _requirements(expr):
+    """(base, need, node) for each node of expr that is finite and real only where base != 0
+    ('nonzero'), > 0 ('positive') or >= 0 ('nonnegative'); innermost nodes first."""
+    for node in sp.postorder_traversal(expr):
+        if type(node) in _POLES:
+            yield _POLES[type(node)](node.args[0]), "nonzero", node
+        elif isinstance(node, sp.log):
+            yield node.args[0], "positive", node
+        elif isinstance(node, sp.Pow) and node.base.has(x):
+            e = node.exp
+            if not e.is_number:
+                yield node.base, "positive", node
+            elif e.is_integer:
+                if e < 0:
+                    yield node.base, "nonzero", node
+            else:
+                yield node.base, ("nonnegative" if e > 0 else "positive"), node
+
+
+def check_singularities(expr, text=None):
+    """FormulaError unless phi and phi' are finite and real at every real x (Max/Min/Abs/Heaviside
+    kinks allowed: their phi' has jumps, not poles).  Zero sets by SymPy (real roots of polynomials,
+    solveset over the reals) under a time limit of SOLVE_SECONDS each, else a numeric scan of |x| <= 3000
+    (sign changes and near-zero minima, bisected); negativity at chosen points, near the zeros and on
+    the scan.  One message per kind (pole, log, fractional power), naming the point."""
+    text = text or str(expr)
+    done = set()
+    dphi = _derivative(expr)
+    for f, where in ((expr, None), (dphi, dphi)):
+        for base, need, node in _requirements(f):
+            if (base, need) in done:
+                continue
+            done.add((base, need))
+            bad = _violation(base, need)
+            if bad is not None:
+                raise FormulaError(_singular_message(text, where, base, node, *bad))
+    return expr
+
+
+def _derivative(expr):
+    """phi' almost everywhere: the Dirac masses of Heaviside/sign jumps dropped."""
+    return sp.diff(expr, x).replace(sp.DiracDelta, lambda *a: sp.S.Zero)
+
+
+def _singular_message(text, dphi, base, node, kind, point):
+    at = _show(point)
+    if type(node) in _POLES or (isinstance(node, sp.Pow) and node.exp.is_integer):
+        what = f"has a pole on the real line at x = {at}, a zero of {base}: it is not finite there"
+    elif isinstance(node, sp.log):
+        what = (f"takes {node}, which is not finite at x = {at}, where {base} = 0" if kind == "zero" else
+                f"takes {node}, which is not real-valued at x = {at}, where {base} < 0")
+    elif kind == "zero":
+        what = f"takes {node}, a negative power of {base}, which is not finite at x = {at}, where {base} = 0"
+    else:
+        what = (f"takes {node}, a {'fractional' if node.exp.is_number else 'variable'} power of {base}, and "
+                f"{base} < 0 at x = {at}: it is not real-valued there (a real fractional power needs a base >= 0 "
+                f"everywhere)")
+    if dphi is None:
+        return f"The formula {text!r} {what}. {ALLOWED}"
+    return (f"The derivative phi'(x) = {dphi} of the formula {text!r} {what}, so chi1 = sigma_w2 "
+            f"E[phi'(sqrt(q) z)^2] is infinite. {ALLOWED}")
+
+
+def _show(point):
+    """A point for messages: exact when short (pi/2 = 1.5708), else its float."""
+    if isinstance(point, (int, float)):
+        return f"{point:.6g}"
+    text = sp.sstr(point)
+    if point.is_Rational and len(text) <= 12:
+        return text
+    value = f"{float(sp.N(point, 20)):.6g}"
+    return value if len(text) > 24 or "RootOf" in text or text == value else f"{text} = {value}"
+
+
+def _violation(base, need):
+    """None if base meets need on the whole real line, else ('zero' | 'negative', point)."""
+    if not base.has(x) or (need == "nonzero" and (base.is_nonzero or base.is_positive or base.is_negative)) \
+            or (need == "positive" and base.is_positive) or (need == "nonnegative" and base.is_nonnegative):
+        return None
+    zeros = _real_zeros(base)
+    if need in ("positive", "nonnegative"):
+        cands = list(_NICE) + [float(sp.N(z)) + d * (1 + abs(float(sp.N(z)))) for z in (zeros or [])[:20]
+                                for d in (-1e-6, 1e-6)]
+        fz = sorted(float(sp.N(z)) for z in (zeros or [])[:20])
+        cands += [(a + b) / 2 for a, b in zip(fz[:-1], fz[1:])]
+        neg = _negative_at(base, cands)
+        if neg is not None:
+            return "negative", neg
+        if need == "nonnegative":
+            return None
+    if zeros is None:
+        zero = _numeric_zero(base)
+        return None if zero is None else ("zero", zero)
+    return ("zero", zeros[0]) if zeros else None
+
+
+def _limited(fn, *args):
+    """fn(*args) under the SOLVE_SECONDS time limit; None on timeout or when SymPy gives up."""
+    if not timelimit.available():
+        return None
+    try:
+        return timelimit.call_with_time_limit(SOLVE_SECONDS, fn, *args)
+    except (timelimit.TimeLimitExceeded, NotImplementedError, ValueError, TypeError, AttributeError,
+            RecursionError, sp.PolynomialError):
+        return None
+
+
+def _real_zeros(base):
+    """Real zeros of base (SymPy numbers, smallest |x| first), [] if none, None if SymPy cannot decide."""
+    if base.is_polynomial(x):
+        poly = sp.Poly(base, x)
+        if poly.domain.is_QQ or poly.domain.is_ZZ:
+            roots = _limited(sp.real_roots, poly)
+            if roots is not None:
+                return sorted(set(roots), key=_order)
+    return _set_points(_limited(sp.solveset, base, x, sp.S.Reals))
+
+
+def _order(p):
+    v = float(sp.N(p, 20))
+    return (round(abs(v), 12), v < 0)
+
+
+def _set_points(S):
+    """Some points of a real solution set (smallest |x| first), [] if empty, None if undecided."""
+    if S is None:
+        return None
+    if S is sp.S.EmptySet:
+        return []
+    if isinstance(S, sp.FiniteSet):
+        pts = []
+        for p in S:
+            v = complex(sp.N(p, 30))
+            if abs(v.imag) <= 1e-20 * (1 + abs(v.real)):
+                pts.append(p if p.is_real else sp.re(sp.N(p, 30)))
+        return sorted(pts, key=_order)
+    if isinstance(S, sp.ImageSet) and S.base_sets == (sp.S.Integers,):
+        return sorted({S.lamda(n) for n in (0, 1, -1)}, key=_order)
+    if isinstance(S, sp.Interval):
+        lo, hi = S.inf, S.sup
+        p = min(max(sp.S.Zero, lo), hi)
+        if S.contains(p) != sp.true:
+            p = (lo + hi) / 2 if lo.is_finite and hi.is_finite else (lo + 1 if lo.is_finite else hi - 1)
+        return [p]
+    if isinstance(S, sp.Intersection):
+        rest = [arg for arg in S.args if arg != sp.S.Reals]
+        return _set_points(rest[0]) if len(rest) == 1 and isinstance(rest[0], sp.FiniteSet) else None
+    if isinstance(S, sp.Union):
+        parts = [_set_points(arg) for arg in S.args]
+        found = [p for part in parts if part for p in part]
+        if found or all(part == [] for part in parts):
+            return sorted(found, key=_order)
+    return None
+
+
+def _numpy_fn(base):
+    fn = sp.lambdify(x, base, modules=[{"Heaviside": lambda a, h=0.5: np.heaviside(a, h)}, "scipy", "numpy"])
+
+    def call(v):
+        with np.errstate(all="ignore"):
+            out = np.asarray(fn(v), dtype=complex)
+        out = np.broadcast_to(out, np.shape(v))
+        return np.where(np.isfinite(out) & (np.abs(out.imag) <= 1e-12 * (1 + np.abs(out.real))), out.real, np.nan)
+    return call
+
+
+def _negative_at(base, cands):
+    """A point where base < 0: first among cands (mpmath), else on the scan grid; None if none found."""
+    fm = sp.lambdify(x, base, modules="mpmath")
+    with mpmath.workdps(30):
+        for p in cands:
+            try:
+                v = mpmath.mpmathify(fm(mpmath.mpf(p)))
+            except (ZeroDivisionError, ValueError, OverflowError, TypeError):
+                continue
+            if isinstance(v, mpmath.mpf) and v < 0:
+                return p
+    vals = _numpy_fn(base)(_GRID)
+    neg = np.flatnonzero(vals < 0)
+    return float(_GRID[neg[np.argmin(np.abs(_GRID[neg]))]]) if neg.size else None
+
+
+def _numeric_zero(base):
+    """A real zero of base on |x| <= 3000 found by the scan: a sign change bisected to a point where |base|
+    is below 1e-9 of its size nearby (a jump across 0 is not a zero), or a near-zero local minimum of |base|
+    refined by golden section.  None if none is found."""
+    fn = _numpy_fn(base)
+    v = fn(_GRID)
+    a = np.abs(v)
+    local = np.lib.stride_tricks.sliding_window_view(np.pad(np.where(np.isfinite(a), a, 0.0), 50), 101).max(axis=1)
+    cands = sorted(np.flatnonzero(np.sign(v[:-1]) * np.sign(v[1:]) < 0), key=lambda i: abs(_GRID[i]))[:200]
+    mins = np.flatnonzero((a[1:-1] <= a[:-2]) & (a[1:-1] <= a[2:]) & (a[1:-1] < 1e-3 * local[1:-1])) + 1
+    for i in cands:
+        lo, hi, flo = _GRID[i], _GRID[i + 1], v[i]
+        for _ in range(80):   # bisection of the sign change
+            mid = 0.5 * (lo + hi)
+            fmid = fn(np.array([mid]))[0]
+            if fmid == 0:
+                return float(mid)
+            if not np.isfinite(fmid):
+                break
+            lo, hi, flo = (mid, hi, fmid) if np.sign(fmid) == np.sign(flo) else (lo, mid, flo)
+        else:
+            if np.nanmin(np.abs(fn(np.array([lo, hi])))) <= 1e-9 * max(a[i], a[i + 1]):
+                return float(0.5 * (lo + hi))
+    for i in sorted(mins, key=lambda i: abs(_GRID[i]))[:200]:
+        lo, hi = _GRID[i - 1], _GRID[i + 1]
+        for _ in range(100):   # golden section on |base|
+            m1, m2 = hi - 0.618 * (hi - lo), lo + 0.618 * (hi - lo)
+            if abs(fn(np.array([m1]))[0]) <= abs(fn(np.array([m2]))[0]):
+                hi = m2
+            else:
+                lo = m1
+        if abs(fn(np.array([0.5 * (lo + hi)]))[0]) <= 1e-12 * local[i]:
+            return float(0.5 * (lo + hi))
+    return None
 
 
 def is_monotone(expr) -> bool:

@@ -5,12 +5,12 @@ Criterion. Over the last half of the layers, fit
     power law:    log gamma = b + p log l + d/l      (exponent p; ReLU: gamma ~ 2 l^2/(9 pi^2) (1 + O(1/l)))
 by least squares and report the law with the smaller root-mean-square residual; "finite" when
 gamma converges: its last step is below 1e-8 gamma, or its steps shrink geometrically at a
-constant ratio (then gamma* is the geometric extrapolation). gamma can pass 1e12, where
-1 - c cancels in float64, so closed-form maps are iterated in mpmath (``dps`` digits, default 40;
-the layer step is ``codegen.STEP_SOURCE`` run by :func:`symfield.numeric.codegen.step_functions`)
-carrying q and q12 exactly (dps doubles automatically whenever 1 - c falls below 10^-(dps - 15),
-so a deep ordered run never stalls into a false "finite"); maps without a closed form use the float64 recursion of
-:func:`symfield.propagate` and only layers with 1 - c > 1e-11 enter the fit.
+constant ratio (then gamma* is the geometric extrapolation). gamma = 2 q12/d is computed from the distance d = q_aa + q_bb - 2 q_ab, which has its own map
+(symfield.numeric.distance), so it keeps its digits at any size. Closed-form maps are iterated in mpmath
+(``dps`` digits, default 40; the layer step is ``codegen.STEP_SOURCE`` run by
+:func:`symfield.numeric.codegen.step_functions`), where gamma never overflows; maps without a closed form
+use the float64 recursion of :func:`symfield.propagate` (layers whose gamma overflowed float64 are left out
+of the fit, and, where the distance map is only the plain difference V + V - 2C, layers with 1 - c < 1e-11).
 """
 from __future__ import annotations
 
@@ -21,13 +21,13 @@ import numpy as np
 
 from symfield.core import validate as check
 from symfield.numeric import codegen
+from symfield.numeric.distance import rule as distance_rule
 from symfield.numeric.evaluate import evaluate, to_mpf
 from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
 from symfield.symbolic.kernel import kernel
 from symfield.theory.propagate import propagate
 
 CONVERGED = 1e-8
-MAX_DPS = 1000      # digits the mpmath recursion may grow to (dps doubles while 1 - c outgrows them)
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,9 @@ class Divergence:
 
 
 def _mp_step(K, dps):
-    """codegen.STEP_SOURCE's (first_layer, layer_step) with the closed-form maps V, C in mpmath
-    (each value rounded to dps digits)."""
+    """codegen.STEP_SOURCE's (first_layer, layer_step) with the closed-form maps V, C and the distance map D
+    in mpmath (each value rounded to dps digits)."""
+    dist = distance_rule(K, dps)
 
     def V(M, qv):
         return evaluate(K.V, (Q,), (qv,), K.kinks, dps)
@@ -51,27 +52,27 @@ def _mp_step(K, dps):
     def C(M, a, b, c):
         return evaluate(K.C, (Q1, Q2, Q12), (a, b, c), K.kinks, dps)
 
-    return codegen.step_functions(V, C)
+    def D(M, a, b, c, dv):
+        return dist.fn(a, b, c, dv)
+
+    return codegen.step_functions(V, C, D)
 
 
 def _gamma_mp(K, sw, sb, depth, dps):
-    """gamma per layer from the mpmath recursion at dps digits; None when 1 - c fell below
-    10^-(dps - 15) (the difference q - q12 has lost its digits: the caller retries at 2 dps).
+    """gamma = 2 q12/d per layer from the mpmath recursion at dps digits (d carried by its own map, so
+    gamma keeps dps digits at any size; mpmath numbers do not overflow).
 
-    Equal norms, plain layers: q' = sigma_w2 V(q) + sigma_b2, q12' = sigma_w2 C(q, q, q12) + sigma_b2."""
+    Equal norms, plain layers: q' = sigma_w2 V(q) + sigma_b2, q12' = sigma_w2 C + sigma_b2, d' = sigma_w2 D."""
     first_layer, layer_step = _mp_step(K, dps)
     out = []
     with mpmath.workdps(dps):
         sw, sb = to_mpf(sw), to_mpf(sb)
-        floor = mpmath.mpf(10) ** (15 - dps)
         one, zero = mpmath.mpf(1), mpmath.mpf(0)
-        qa, _, qab = first_layer(one, one, zero, sw, sb)     # layer 1 (linear), q0 = 1, qab0 = 0
+        qa, _, qab, dd = first_layer(one, one, zero, 2 * one, sw, sb)   # layer 1 (linear), q0 = 1, qab0 = 0
         for _ in range(depth):
-            if qa - qab <= floor * qa:
-                return None
-            out.append(qab / (qa - qab))
-            qa, _, qab = layer_step(qa, qa, qab, sw, sb, 0, False, False, None)
-    return np.array([float(g) for g in out])
+            out.append(2 * qab / dd if dd > 0 else mpmath.inf)
+            qa, _, qab, dd = layer_step(qa, qa, qab, dd, sw, sb, 0, False, False, None)
+    return out
 
 
 def _geometric_limit(gamma):
@@ -101,29 +102,29 @@ def divergence(act, sigma_w2, sigma_b2, depth=200, dps=40) -> Divergence:
     depth = check.integer("divergence", "depth", depth, lo=20, hi=100000)
     dps = check.integer("divergence", "dps", dps, lo=15, hi=1000)
     if K.closed_form:
-        gamma = _gamma_mp(K, sw, sb, depth, dps)
-        while gamma is None:          # gamma ~ 1/(1 - c) outgrew the digits: more digits, never a stall
-            if dps >= MAX_DPS:
-                raise ArithmeticError(f"divergence: 1 - c fell below 1e-{MAX_DPS - 15} within {depth} layers "
-                                      f"(gamma beyond ~1e{MAX_DPS - 15}); use a smaller depth.")
-            dps = min(2 * dps, MAX_DPS)
-            gamma = _gamma_mp(K, sw, sb, depth, dps)
-        usable = np.isfinite(gamma)
+        exact = _gamma_mp(K, sw, sb, depth, dps)
+        gamma = np.array([float(g) if g < mpmath.mpf("1e300") else np.inf for g in exact])
+        log_gamma = np.array([float(mpmath.log(g)) if g > 0 else -np.inf for g in exact])
+        usable = np.ones(depth, dtype=bool)
         precision = f"mpmath({dps})"
     else:
         r = propagate(K.act, sw, sb, depth)
         gamma = np.asarray(r.gamma, dtype=float)
-        usable = np.isfinite(gamma) & (1 - np.asarray(r.c) > 1e-11)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_gamma = np.log(gamma)
+        usable = np.isfinite(gamma)
+        if not distance_rule(K).exact:   # the plain difference V + V - 2C cancels as c -> 1
+            usable &= np.asarray(r.one_minus_c) > 1e-11
         precision = "float64"
     layers = np.arange(1, depth + 1)
     limit = _geometric_limit(gamma)
     if limit is not None:
         return Divergence("finite", None, None, limit, gamma, {}, precision)
-    sel = usable & (layers > depth // 2) & (gamma > 0)
+    sel = usable & (layers > depth // 2) & np.isfinite(log_gamma)
     if sel.sum() < 10:
         raise ArithmeticError(f"divergence: only {int(sel.sum())} usable layers in the second half "
-                              f"(gamma overflowed or 1 - c cancelled); use a smaller depth or a larger dps.")
-    lg, ll = np.log(gamma[sel]), layers[sel].astype(float)
+                              f"(gamma overflowed float64 or 1 - c cancelled); use a smaller depth.")
+    lg, ll = log_gamma[sel], layers[sel].astype(float)
     fits = {}
     for kind, xs in (("exponential", ll), ("power-law", np.log(ll))):
         A = np.vstack([np.ones_like(xs), xs, 1 / ll]).T  # 1/l: the leading finite-depth correction

@@ -35,6 +35,7 @@ import numpy as np
 
 from symfield.core import validate as check
 from symfield.numeric import tables
+from symfield.numeric.distance import rule as distance_rule
 from symfield.numeric.evaluate import evaluate, evaluator, to_mpf
 from symfield.numeric.table1d import Table1D
 from symfield.numeric.vroot import vroot
@@ -123,6 +124,22 @@ class _Maps:
 
     def dpsi2(self, q):
         return self._d(np.asarray(q, float))
+
+    @property
+    def D(self):
+        """The distance map D(q1, q2, q12, d) where it is fast and exact as d -> 0 (closed forms, tables that
+        tabulate it), else None."""
+        if self._T is not None and hasattr(self._mod, "D_many"):
+            T, mod = self._T, self._mod
+
+            def table_D(a, b, c, dv):
+                a, b, c, dv = np.broadcast_arrays(*(np.asarray(v, float) for v in (a, b, c, dv)))
+                if T.kind != "homogeneous":
+                    T.ensure(float(a.min()), float(a.max()))
+                return mod.D_many(T.arrays(), *(np.ascontiguousarray(v.ravel()) for v in (a, b, c, dv))).reshape(a.shape)
+            return table_D
+        r = distance_rule(self.K)
+        return r.fn if (r.exact and self.K.closed_form) else None
 
     def C(self, q, c):
         q, c = np.broadcast_arrays(np.asarray(q, float), np.asarray(c, float))
@@ -330,30 +347,33 @@ class EOC:
 
     ``q_slope`` = sigma_w2 V'(q*) (float64), the slope of the variance map there: above 1 this q* is
     an UNSTABLE fixed point, which the recursion from q^(1) does not reach (e.g. x erf(x) at small
-    sigma_b2: the network's q runs away although chi1(q*) = 1); ``stable`` says which."""
+    sigma_b2: the network's q runs away although chi1(q*) = 1); ``stable`` says which.
+
+    Positively homogeneous psi of degree 1 (:func:`_eoc_homogeneous`): the EOC is the vertical line
+    sigma_w2 = 1/E[psi'^2], ``q_star`` is inf for sigma_b2 > 0, ``q_slope`` is q_growth =
+    sigma_w2 V(q)/q there, and ``note`` says so (empty for every other psi)."""
     sigma_b2: float
     sigma_w2: float
     q_star: float
     q_slope: float = math.nan
+    note: str = ""
 
     @property
     def stable(self) -> bool:
         return bool(self.q_slope <= 1)
 
 
-
 def eoc_point(K, sigma_b2, dps=None):
     """(sigma_w2, q*) of the edge of chaos of kernel K at one sigma_b2 >= 0 (floats, or mpmath at
     dps). Eliminate sigma_w2 (docs/theory.md section 5): solve h(q) = V(q)/dpsi2(q) + sigma_b2 - q
     = 0 (:func:`_eoc_points`), then sigma_w2 = 1/dpsi2(q*). sigma_b2 = 0 with psi(0) = 0: q* = 0
-    and sigma_w2 = 1/dpsi2(0+) exactly. ValueError or ArithmeticError where there is no EOC."""
+    and sigma_w2 = 1/dpsi2(0+) exactly. Positively homogeneous psi: the vertical line
+    sigma_w2 = 1/dpsi2 (:func:`_eoc_homogeneous`). ValueError or ArithmeticError where there is no EOC."""
     sb = sigma_b2
+    if _degree_one(K):
+        return _eoc_homogeneous(K, sb, dps)[:2]
     if sb == 0 and _zero_at_zero(K):  # q* = 0 is then a fixed point of the variance map
         return _eoc_at_zero(K, dps)
-    if _chi1_constant(K):
-        raise ValueError(f"{K.act.name} is positively homogeneous: chi1 = sigma_w2 dpsi2 does not depend on q, "
-                         f"so the EOC is the single point sigma_b2 = 0, sigma_w2 = 1/dpsi2; for sigma_b2 > 0 q* "
-                         f"diverges exactly where chi1 = 1 and there is no EOC curve.")
     N = _context(K, dps)
     sw, qs = N.run(_eoc_points, [sb])
     if math.isnan(sw[0]):
@@ -361,6 +381,54 @@ def eoc_point(K, sigma_b2, dps=None):
             raise ArithmeticError(f"eoc: h(q) <= 0 at q = {Q_MIN:g}; no bracket for the edge of chaos of {K.act.name}.")
         raise ValueError(f"{K.act.name} has no edge of chaos at sigma_b2 = {N.show(sb)} (q* beyond {Q_MAX:g}).")
     return (float(sw[0]), float(qs[0])) if dps is None else (sw[0], qs[0])
+
+
+def _eoc_homogeneous(K, sb, dps):
+    """EOC of a positively homogeneous psi of degree 1 (docs/theory.md section 5): V(q) = v q and
+    E[psi'^2] = d do not depend on q, so chi1 = sigma_w2 d = 1 on the vertical line sigma_w2 = 1/d at
+    every sigma_b2 (exact for closed-form d: relu 2, relu+max2 4/3). There the variance map is
+    q' = r q + sigma_b2 with r = v/d (q_growth, section 2): q* = inf if r > 1, or r = 1 and
+    sigma_b2 > 0 (q grows by sigma_b2 per layer); r = 1, sigma_b2 = 0: every q is a fixed point and
+    q* = 0 is reported (as :func:`q_star`); r < 1: the root of :func:`_q_star_points`.
+    Returns (sigma_w2, q*, r, note); r is float64."""
+    import sympy as sp
+    name = K.act.name
+    if K.dpsi2.has(sp.Integral):
+        d = float(evaluate(K.dpsi2, (Q,), (1.0,), K.kinks))
+        exact = None
+    else:
+        exact = sp.simplify(K.dpsi2.subs(Q, 1))
+        d = float(exact)
+    if not d > 0:
+        raise ValueError(f"{name} has E[psi'^2] = 0: chi1 = 0 for every sigma_w2, so there is no edge of chaos.")
+    if dps is None:
+        sw = 1 / d if exact is None else float(1 / exact)
+    elif exact is None:
+        with mpmath.workdps(dps + 10):
+            sw = 1 / evaluate(K.dpsi2, (Q,), (1,), K.kinks, dps + 10)
+        with mpmath.workdps(dps):
+            sw = +sw
+    else:
+        with mpmath.workdps(dps):
+            sw = mpmath.mpf(str(sp.N(1 / exact, dps + 5)))
+    r = 1.0 if _chi1_constant(K) else float(evaluate(K.V, (Q,), (1.0,), K.kinks)) / d
+    r = 1.0 if abs(r - 1) <= 1e-12 else r
+    zero, inf = (0.0, math.inf) if dps is None else (mpmath.mpf(0), mpmath.inf)
+    note = (f"{name} is positively homogeneous: chi1 = sigma_w2 E[psi'^2] does not depend on q; the EOC is "
+            f"the vertical line sigma_w2 = 1/E[psi'^2] = {float(sw):.10g}")
+    if r == 1:
+        qs = inf if sb > 0 else zero
+        note += (", where q* is infinite for sigma_b2 > 0 (q' = q + sigma_b2: q grows by sigma_b2 per layer); "
+                 "at sigma_b2 = 0 every q is a fixed point (q* = 0 reported).")
+    elif r > 1:
+        qs = inf
+        note += (f", where q* is infinite at every sigma_b2: q_growth = sigma_w2 V(q)/q = {r:.6g} > 1 there (q grows "
+                 f"geometrically; the variance criterion q_growth = 1 is at sigma_w2 = {float(sw) / r:.6g}).")
+    else:
+        qs = _context(K, dps).run(_q_star_points, [sw], [sb])[0]
+        qs = float(qs) if dps is None else qs
+        note += f", where q_growth = sigma_w2 V(q)/q = {r:.6g} < 1 and q* = sigma_b2/(1 - q_growth) is finite."
+    return sw, qs, r, note
 
 
 def _eoc_at_zero(K, dps):
@@ -415,28 +483,40 @@ def _eoc_points(N, sb):
 
 
 def eoc(act, sigma_b2, dps=None) -> EOC:
-    """Edge of chaos at ``sigma_b2``: result with .sigma_w2 and .q_star (bracketing root finder)."""
+    """Edge of chaos at ``sigma_b2``: result with .sigma_w2 and .q_star (bracketing root finder).
+    Positively homogeneous psi (relu family): sigma_w2 = 1/E[psi'^2] at every sigma_b2, q* = inf
+    for sigma_b2 > 0, explained in .note (:func:`_eoc_homogeneous`)."""
     K = kernel(act)
     dps = check.dps("eoc", dps)
     sb = float(check.real("eoc", "sigma_b2", sigma_b2, lo=0))
-    sw, qs = eoc_point(K, sb, dps)
-    if float(qs) > 0:
-        dV = evaluate(K.dV, (Q,), (float(qs),), K.kinks)
-    else:                          # q* = 0 (psi(0) = 0): V'(0+) = E[psi'^2](0+)
-        dV = evaluate(K.dpsi2, (Q,), (1e-40,), K.kinks)
-    slope = float(sw) * float(dV)
+    note = ""
+    if _degree_one(K):             # q_slope = sigma_w2 V'(q) = q_growth, the same at every q
+        sw, qs, slope, note = _eoc_homogeneous(K, sb, dps)
+    else:
+        sw, qs = eoc_point(K, sb, dps)
+        if float(qs) > 0:
+            dV = evaluate(K.dV, (Q,), (float(qs),), K.kinks)
+        else:                      # q* = 0 (psi(0) = 0): V'(0+) = E[psi'^2](0+)
+            dV = evaluate(K.dpsi2, (Q,), (1e-40,), K.kinks)
+        slope = float(sw) * float(dV)
     if dps is not None:
         with mpmath.workdps(dps):
             sb = to_mpf(sb)
-    return EOC(sigma_b2=sb, sigma_w2=sw, q_star=qs, q_slope=slope)
+    return EOC(sigma_b2=sb, sigma_w2=sw, q_star=qs, q_slope=slope, note=note)
 
 
 def eoc_curve(act, sigma_b2, dps=None):
-    """sigma_w2 on the edge of chaos for each sigma_b2 (array in, array out)."""
+    """sigma_w2 on the edge of chaos for each sigma_b2 (array in, array out); for positively
+    homogeneous psi the vertical line sigma_w2 = 1/E[psi'^2] (:func:`_eoc_homogeneous`)."""
     K = kernel(act)
     dps = check.dps("eoc_curve", dps)
     sb = check.real("eoc_curve", "sigma_b2", sigma_b2, lo=0)
-    if dps is None and (sb > 0).all() and not _chi1_constant(K):
+    if _degree_one(K):
+        sw = _eoc_homogeneous(K, 0.0, dps)[0]
+        out = np.empty(sb.shape, dtype=float if dps is None else object)
+        out[...] = sw
+        return out
+    if dps is None and (sb > 0).all():
         sw, qs = _Float64(K).run(_eoc_points, sb.ravel())
         if not np.isnan(sw).any():
             return sw.reshape(sb.shape)
@@ -594,6 +674,35 @@ def _c_star_refined(N, sw, sb, c0, q0):
         return +root
 
 
+GAP_REFINE = 1e-3   # 1 - c* below this is refined on the distance map (float64 c* keeps only ~1e-16 of it)
+
+
+def _gap_star(K, sw, sb, cs, qs):
+    """1 - c* to float64 relative accuracy (where c* is near 1) for 1-D arrays: the nonzero root of the
+    distance map's fixed-point equation sigma_w2 D(q*, q*, d)/d = 1 (no bias term, no cancellation:
+    docs/theory.md section 7), d* = 2 q* (1 - c*), bracketed around the float64 c*. Elsewhere 1 - c*."""
+    gap = 1.0 - np.asarray(cs, float)
+    sel = np.nonzero((gap > 0) & (gap < GAP_REFINE) & (qs > 0) & (qs < math.inf))[0]
+    fn = _maps(K).D
+    if sel.size == 0 or fn is None:
+        return gap
+    q, w = qs[sel], sw[sel]
+
+    def h(dv, k):
+        qq = q[k]
+        return w[k] * fn(qq, qq, qq - dv / 2, dv) / dv - 1.0
+
+    d0 = 2 * q * gap[sel]
+    lo, hi = d0 / 16, np.minimum(16 * d0, 2 * q)
+    k = np.arange(sel.size)
+    hlo, hhi = h(lo, k), h(hi, k)
+    ok = np.nonzero((hlo > 0) & (hhi < 0))[0]
+    if ok.size:
+        root = vroot(lambda x, j: h(x, ok[j]), lo[ok], hi[ok], hlo[ok], hhi[ok])
+        gap[sel[ok]] = root / (2 * q[ok])
+    return gap
+
+
 def _c_star_solve(N, sw, sb):
     """c* on flat arrays: float64 by :func:`_c_star_f64`; at dps each point refined."""
     cs, qs = _c_star_f64(N.K, sw, sb)
@@ -709,8 +818,9 @@ def phase_fields(K, sigma_w2, sigma_b2, eoc_tol):
     finite = (qs > 0) & (qs < math.inf)
     qe = np.where(finite, qs, _limit_q(K, qs))
     slope = sw * _maps(K).dpsi2(qe)
+    gap = _gap_star(K, sw, sb, cs, qs)          # 1 - c*, from the distance map where c* is near 1
     with np.errstate(divide="ignore", invalid="ignore"):
-        gamma = np.where(cs >= 1, math.inf, cs / (1 - cs))
+        gamma = np.where(cs >= 1, math.inf, (1 - gap) / gap)
     codes = np.where(cs >= 1, np.where(np.abs(slope - 1) <= tol, 1, np.where(slope < 1, 0, 2)),
                      np.where(cs > 0.5, 3, 4))
     return codes, qs, cs, gamma, slope

@@ -23,8 +23,9 @@ class PhaseDiagram:
     """Fields have shape (len(sigma_w2), len(sigma_b2)); ``codes`` index PHASES.
 
     ``eoc`` and ``neutrality`` give sigma_w2 of those lines at each sigma_b2 (NaN where the
-    line does not exist). With ``depth`` set, ``c_depth``/``gamma_depth`` hold c and gamma at
-    that layer (sf.propagate), the finite-depth picture the paper plots."""
+    line does not exist; positively homogeneous psi: the EOC is 1/E[psi'^2] at every sigma_b2).
+    With ``depth`` set, ``c_depth``/``gamma_depth`` hold c and gamma at that layer (sf.propagate),
+    the finite-depth picture the paper plots."""
     act: str
     sigma_w2: np.ndarray
     sigma_b2: np.ndarray
@@ -72,7 +73,7 @@ def phase_diagram(act, sigma_w2, sigma_b2, depth=None, eoc_tol=1e-6) -> PhaseDia
         try:
             eoc[i] = eoc_point(K, float(b))[0]
         except (ValueError, ArithmeticError):
-            pass  # no EOC curve at this sigma_b2 (e.g. positively homogeneous psi with sigma_b2 > 0)
+            pass  # no EOC at this sigma_b2 (e.g. x erf(x) at sigma_b2 = 0)
     neut = np.full(sb_axis.shape, np.nan)
     pos = sb_axis > 0
     if pos.any():

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 from functools import cached_property
 
 import numpy as np
 
 from symfield.core import validate as check
 from symfield.numeric import codegen, tables
+from symfield.numeric.distance import rule as distance_rule
 from symfield.numeric.evaluate import evaluate
 from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
 from symfield.symbolic.kernel import kernel
@@ -39,15 +41,25 @@ METHODS = ("auto", "table", "quadrature")
 SMALL_JOB = {True: 64, False: 20000}
 
 
+OK, OVERFLOW, DOMAIN, UNDERFLOW = 0, 1, 2, 3
+STATUS = {OK: "ok", OVERFLOW: "q overflowed (later layers NaN)",
+          DOMAIN: "left the maps' domain (later layers NaN)",
+          UNDERFLOW: "d underflowed: gamma beyond float64 after layer last_finite (q, q12 go on)"}
+
+
 @dataclass(frozen=True)
 class Propagation:
-    """Per-layer q, q12 (and qbb) on a grid; arrays have shape (len(layers), *grid_shape).
+    """Per-layer q, q12, d (and qbb) on a grid; arrays have shape (len(layers), *grid_shape).
 
-    Row i holds layer ``layers[i]`` (1-based; layer 1 is the linear layer). ``status`` has
-    the grid shape: 0 ok, 1 a value went non-finite (overflow); such a point stops there and
-    its later rows are NaN. ``qbb`` is None when both inputs have equal norm. ``method`` names the
-    path that ran; ``error`` holds the certified per-step bounds of the table path (V relative,
-    C against sqrt(V V), C_rel for odd psi; empty for closed forms and quadrature).
+    Row i holds layer ``layers[i]`` (1-based; layer 1 is the linear layer). ``d = q_aa + q_bb - 2 q_ab``
+    has its own map (docs/theory.md section 7), so ``gamma = 2 q12/d`` and ``one_minus_c`` keep their
+    relative accuracy as c -> 1. ``status`` has the grid shape (see :data:`STATUS`): 0 ok; 1 q overflowed
+    and 2 left the maps' domain (the point stops, later rows NaN); 3 d underflowed (gamma beyond float64)
+    after layer ``last_finite`` (q and q12 go on; gamma is inf from there). ``last_finite`` is the last
+    layer with a finite gamma (depth when none failed). ``qbb`` is None when both inputs have equal norm.
+    ``method`` names the path that ran; ``error`` holds the certified per-step bounds of the table path
+    (V relative, C against sqrt(V V), C_rel for odd psi; empty for closed forms and quadrature);
+    ``params["distance"]`` names how D was evaluated and whether it is exact as c -> 1.
     """
     q: np.ndarray
     qab: np.ndarray
@@ -58,6 +70,9 @@ class Propagation:
     method: str
     params: dict = field(default_factory=dict, repr=False)
     error: dict = field(default_factory=dict, repr=False)
+    d: np.ndarray | None = None
+    last_finite: np.ndarray | None = None
+    STATUS: ClassVar[dict] = STATUS      # code -> meaning
 
     @property
     def error_bound(self) -> float | None:
@@ -72,12 +87,24 @@ class Propagation:
             return self.qab / (self.q if self.qbb is None else np.sqrt(self.q * self.qbb))
 
     @cached_property
-    def gamma(self) -> np.ndarray:
-        """Drift ratio gamma = q12/(q - q12) (docs/theory.md section 7); = c/(1 - c) with unequal norms."""
+    def _gap(self) -> np.ndarray:
+        """sqrt(q_aa q_bb) - q12 = (d - (sqrt q_aa - sqrt q_bb)^2)/2 (= d/2 at equal norms), from d."""
+        if self.qbb is None:
+            return self.d / 2
+        with np.errstate(invalid="ignore"):
+            return (self.d - (np.sqrt(self.q) - np.sqrt(self.qbb)) ** 2) / 2
+
+    @cached_property
+    def one_minus_c(self) -> np.ndarray:
+        """1 - c from d (relative-accurate as c -> 1)."""
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            if self.qbb is None:
-                return self.qab / (self.q - self.qab)
-            return self.qab / (np.sqrt(self.q * self.qbb) - self.qab)
+            return self._gap / (self.q if self.qbb is None else np.sqrt(self.q * self.qbb))
+
+    @cached_property
+    def gamma(self) -> np.ndarray:
+        """Drift ratio gamma = q12/(q - q12) = 2 q12/d (docs/theory.md section 7); c/(1 - c) with unequal norms."""
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            return self.qab / self._gap
 
     @property
     def n_failed(self) -> int:
@@ -125,7 +152,7 @@ def _validate(sigma_w2, sigma_b2, depth, q0, qab0, layers, residual, qbb0, metho
 
 
 def propagate(act, sigma_w2, sigma_b2, depth, q0=1.0, qab0=0.0, layers=None, residual=None, qbb0=None,
-              method="auto"):
+              method="auto", d0=None):
     """Propagate q and q12 of two inputs through ``depth`` layers on a broadcast grid.
 
     Parameters
@@ -138,14 +165,16 @@ def propagate(act, sigma_w2, sigma_b2, depth, q0=1.0, qab0=0.0, layers=None, res
         and ``.qbb`` is returned.
     layers : layer indices (1..depth) to store; memory is grid x stored layers.
     residual : alpha >= 0 for residual blocks q' = q + alpha^2 (sigma_w2 V(q) + sigma_b2).
+    d0 : the inputs' squared distance q0 + qbb0 - 2 qab0, for inputs too close for qab0 to resolve it
+        (then qab0 is set to (q0 + qbb0 - d0)/2); default computed from q0, qbb0, qab0.
     method : "auto" (closed form -> generated code; else a table, or quadrature for a tiny job whose
         table is not cached yet), "table" (a table whenever the activation has one) or "quadrature"
         (the NumPy quadrature path; closed forms still run generated code).
 
-    Returns a :class:`Propagation` with ``.q``, ``.qab``, ``.qbb``, ``.c``, ``.gamma`` of shape
-    (len(layers), *grid_shape), ``.layers``, per-point ``.status`` (0 ok, 1 non-finite), ``.method``
-    ("numba-generated", "numba-table", "numba-table+numpy-quadrature" or "numpy-quadrature") and
-    ``.error`` / ``.error_bound`` (the table's certified per-step bounds).
+    Returns a :class:`Propagation` with ``.q``, ``.qab``, ``.qbb``, ``.d``, ``.c``, ``.one_minus_c``, ``.gamma``
+    of shape (len(layers), *grid_shape), ``.layers``, per-point ``.status`` (:data:`STATUS`) and
+    ``.last_finite``, ``.method`` ("numba-generated", "numba-table", "numba-table+numpy-quadrature" or
+    "numpy-quadrature") and ``.error`` / ``.error_bound`` (the table's certified per-step bounds).
     """
     depth, sw, sb, shape, qa0, qb0, qab, store, alpha = _validate(
         sigma_w2, sigma_b2, depth, q0, qab0, layers, residual, qbb0, method)
@@ -155,7 +184,14 @@ def propagate(act, sigma_w2, sigma_b2, depth, q0=1.0, qab0=0.0, layers=None, res
     swf = np.array(np.broadcast_to(sw, shape), dtype=np.float64, order="C").ravel()
     sbf = np.array(np.broadcast_to(sb, shape), dtype=np.float64, order="C").ravel()
     alpha2 = 0.0 if alpha is None else alpha * alpha
-    args = (swf, sbf, qa0, qb0, qab, depth, store, alpha2, alpha is not None, general)
+    if d0 is None:
+        d0 = max(qa0 + qb0 - 2.0 * qab, 0.0)
+    else:
+        d0 = _scalar("d0", d0, lo=0)
+        if d0 > 2 * (qa0 + qb0):
+            check.fail(_F, "d0", f"a squared distance 0 <= d0 <= 2 (q0 + qbb0) = {2 * (qa0 + qb0)!r}", d0)
+        qab = (qa0 + qb0 - d0) / 2
+    args = (swf, sbf, qa0, qb0, qab, d0, depth, store, alpha2, alpha is not None, general)
 
     module, error, info = None, {}, {}
     if K.closed_form:
@@ -164,29 +200,40 @@ def propagate(act, sigma_w2, sigma_b2, depth, q0=1.0, qab0=0.0, layers=None, res
         except NotImplementedError:
             module = None  # closed form outside the printer's allow-list: quadrature path below
     if module is not None:
-        out_qa, out_qb, out_qab, status = _run_numba(module, *args)
+        out, status, last = _run_numba(module, *args)
         how = "numba-generated"
+        info["distance"] = _distance_note(K)
     else:
         T = None if method == "quadrature" else _table_for(K, general, swf.size * max(depth - 1, 0), method)
         if T is not None:
             try:
-                out_qa, out_qb, out_qab, status, n_quad = _run_table(K, T, *args)
+                out, status, last, n_quad = _run_table(K, T, *args)
                 how = "numba-table" + ("+numpy-quadrature" if n_quad else "")
                 error = T.error
-                info = dict(table=T.describe(), table_path=T.info.get("path"), points_on_quadrature=n_quad)
+                eD = T.error.get("D", math.inf)
+                info = dict(table=T.describe(), table_path=T.info.get("path"), points_on_quadrature=n_quad,
+                            distance=(f"tabulated (relative error <= {eD:.1e})" if math.isfinite(eD) else
+                                      "plain difference V + V - 2C of the table; gamma loses digits once 1 - c < ~1e-8"))
             except tables.TableError as err:   # the first build failed its accuracy checks: say so, use quadrature
                 T, info = None, dict(table_refused=str(err))
         if T is None:
-            out_qa, out_qb, out_qab, status = _run_numpy(K, *args)
+            out, status, last = _run_numpy(K, *args)
             how = "numpy-quadrature"
+            info["distance"] = _distance_note(K)
 
     rows = (store.size,) + tuple(shape)
+    out_qa, out_qb, out_qab, out_d = out
     return Propagation(
         q=out_qa.reshape(rows), qab=out_qab.reshape(rows),
         qbb=out_qb.reshape(rows) if general else None,
         layers=store, status=status.reshape(shape), grid_shape=tuple(shape), method=how,
-        params=dict(act=K.act.name, depth=depth, q0=qa0, qab0=qab, qbb0=qb0, residual=alpha, **info),
-        error=error)
+        params=dict(act=K.act.name, depth=depth, q0=qa0, qab0=qab, qbb0=qb0, d0=d0, residual=alpha, **info),
+        error=error, d=out_d.reshape(rows), last_finite=last.reshape(shape))
+
+
+def _distance_note(K):
+    r = distance_rule(K)
+    return r.method + ("" if r.exact else "; gamma loses digits once 1 - c < ~1e-8")
 
 
 def _table_for(K, general, work, method):
@@ -203,33 +250,34 @@ def _table_for(K, general, work, method):
     return T
 
 
-def _run_numba(module, sw, sb, qa0, qb0, qab0, depth, store, alpha2, residual, general, M=None):
+def _run_numba(module, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general, M=None):
     """One pass of the compiled kernel from layer 1 at every point (closed forms never leave the domain)."""
     n = sw.size
-    out_qa, out_qb, out_qab, status = _outputs(store.size, n, general)
-    state = [np.ones(n, dtype=np.int64), np.zeros(n), np.zeros(n), np.zeros(n)]
-    module.recurse(sw, sb, float(qa0), float(qb0), float(qab0), int(depth), store, float(alpha2),
+    out, status, last = _outputs(store.size, n, general, depth)
+    state = [np.ones(n, dtype=np.int64), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)]
+    module.recurse(sw, sb, float(qa0), float(qb0), float(qab0), float(d0), int(depth), store, float(alpha2),
                    bool(residual), bool(general), codegen.no_data() if M is None else M,
-                   *state, out_qa, out_qb, out_qab, status)
-    return out_qa, out_qb, out_qab, status
+                   *state, *out, status, last)
+    return out, status, last
 
 
-def _outputs(nstore, n, general, alloc=np.empty):
-    """Output rows; the numba kernel writes every entry, so it gets uninitialised memory."""
+def _outputs(nstore, n, general, depth, alloc=np.empty):
+    """Output rows (qa, qb, qab, d), status and last finite layer; the numba kernel writes every entry."""
     qb = alloc((nstore, n)) if general else np.empty((0, 0))
-    return alloc((nstore, n)), qb, alloc((nstore, n)), np.zeros(n, dtype=np.int8)
+    out = (alloc((nstore, n)), qb, alloc((nstore, n)), alloc((nstore, n)))
+    return out, np.zeros(n, dtype=np.int8), np.full(n, depth, dtype=np.int64)
 
 
-def _run_table(K, T, sw, sb, qa0, qb0, qab0, depth, store, alpha2, residual, general):
+def _run_table(K, T, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general):
     """Compiled recursion with table maps; the table grows to the q-range the points reach.
 
-    A point leaving the table stops with status 2 and its state; the table is extended to cover
+    A point leaving the table stops with status 4 and its state; the table is extended to cover
     the stopped points (generously: x4 up, /8 down, to q = 0 below 2^(E0+3)) and they continue. Points
     beyond the table cap, or whose extension fails, continue on the quadrature path."""
     n = sw.size
-    out_qa, out_qb, out_qab, status = _outputs(store.size, n, general)
+    out, status, last = _outputs(store.size, n, general, depth)
     start = np.ones(n, dtype=np.int64)
-    st = [np.zeros(n), np.zeros(n), np.zeros(n)]
+    st = [np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)]
     mod = tables.load_module()
     if T.kind == "general":   # first guess: the first layer's q (and one V bound for bounded psi later)
         q1 = sw * qa0 + sb
@@ -238,10 +286,10 @@ def _run_table(K, T, sw, sb, qa0, qb0, qab0, depth, store, alpha2, residual, gen
     quad = np.zeros(n, dtype=bool)
     while True:
         s = np.where(run, start, 0)
-        mod.recurse(sw, sb, float(qa0), float(qb0), float(qab0), int(depth), store, float(alpha2),
-                    bool(residual), bool(general), T.arrays(), s, *st, out_qa, out_qb, out_qab, status)
+        mod.recurse(sw, sb, float(qa0), float(qb0), float(qab0), float(d0), int(depth), store, float(alpha2),
+                    bool(residual), bool(general), T.arrays(), s, *st, *out, status, last)
         start[run] = s[run]
-        need = np.flatnonzero(run & (status == 2))
+        need = np.flatnonzero(run & (status == 4))
         if need.size == 0:
             break
         qs = st[0][need]
@@ -258,9 +306,9 @@ def _run_table(K, T, sw, sb, qa0, qb0, qab0, depth, store, alpha2, residual, gen
     n_quad = int(quad.sum())
     if n_quad:
         idx = np.flatnonzero(quad)
-        _run_numpy(K, sw, sb, qa0, qb0, qab0, depth, store, alpha2, residual, general,
-                   idx=idx, start=start[idx], state=[v[idx] for v in st], out=(out_qa, out_qb, out_qab, status))
-    return out_qa, out_qb, out_qab, status, n_quad
+        _run_numpy(K, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general,
+                   idx=idx, start=start[idx], state=[v[idx] for v in st], out=(out, status, last))
+    return out, status, last, n_quad
 
 
 def _extend(T, lo, hi):
@@ -276,6 +324,7 @@ def _extend(T, lo, hi):
 
 def _numpy_step(K):
     """codegen.STEP_SOURCE executed with vectorised quadrature maps (the same recursion text)."""
+    dist = distance_rule(K)
 
     def V(M, qv):
         return evaluate(K.V, (Q,), (qv,), K.kinks)
@@ -283,51 +332,68 @@ def _numpy_step(K):
     def C(M, a, b, c):
         return evaluate(K.C, (Q1, Q2, Q12), (a, b, c), K.kinks)
 
-    return codegen.step_functions(V, C)
+    def D(M, a, b, c, dv):
+        return dist.fn(a, b, c, dv)
+
+    return codegen.step_functions(V, C, D)
 
 
-def _run_numpy(K, sw, sb, qa0, qb0, qab0, depth, store, alpha2, residual, general,
+def _code(qa, qb, qab, dv):
+    """Per-point status of a state (codegen's _code, vectorised): 0, 1 overflow, 2 domain, 3 underflow."""
+    code = np.zeros(qa.shape, dtype=np.int8)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        code[~((dv >= codegen.TINY) & np.isfinite(qab / (0.5 * dv)))] = UNDERFLOW
+        code[~((qa >= 0) & (qb >= 0) & (dv >= 0))] = DOMAIN
+        code[~(np.isfinite(qa) & np.isfinite(qb) & np.isfinite(qab))] = OVERFLOW
+    return code
+
+
+def _run_numpy(K, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general,
                idx=None, start=None, state=None, out=None):
     """The recursion with NumPy arrays and quadrature maps, over all points or the points ``idx``
     continuing from layer ``start`` with ``state`` (the values of layer start - 1), writing into ``out``."""
     first_layer, layer_step = _numpy_step(K)
     if out is None:
-        out_qa, out_qb, out_qab, status = _outputs(store.size, sw.size, True, lambda shape: np.full(shape, np.nan))
-    else:
-        out_qa, out_qb, out_qab, status = out
+        out = _outputs(store.size, sw.size, True, depth, lambda shape: np.full(shape, np.nan))
+    rows, status, last = out
     idx = np.arange(sw.size) if idx is None else np.asarray(idx)
     m = idx.size
     start = np.ones(m, dtype=np.int64) if start is None else np.asarray(start)
-    qa, qb, qab = (np.zeros(m) for _ in range(3)) if state is None else (np.array(v, dtype=float) for v in state)
+    st = [np.zeros(m) for _ in range(4)] if state is None else [np.array(v, dtype=float) for v in state]
     sw, sb = sw[idx], sb[idx]
     live = np.ones(m, dtype=bool)
     status[idx] = 0
     for k, layer in enumerate(store):   # rows this call owns are NaN until written
-        rows = start <= layer
-        out_qa[k, idx[rows]] = np.nan
-        out_qab[k, idx[rows]] = np.nan
-        if general:
-            out_qb[k, idx[rows]] = np.nan
+        for r in rows:
+            if r.size:
+                r[k, idx[start <= layer]] = np.nan
     k = 0
     for layer in range(int(start.min()) if m else depth + 1, depth + 1):
         act = np.flatnonzero(live & (start <= layer))
         if act.size:
             with np.errstate(over="ignore", invalid="ignore"):
                 if layer == 1:
-                    new = first_layer(qa0, qb0, qab0, sw[act], sb[act])
+                    new = first_layer(qa0, qb0, qab0, d0, sw[act], sb[act])
                 else:
-                    new = layer_step(qa[act], qb[act], qab[act], sw[act], sb[act], alpha2, residual, general, None)
-            qa[act], qb[act], qab[act] = (np.broadcast_to(np.asarray(v, dtype=float), act.shape) for v in new)
+                    new = layer_step(*(v[act] for v in st), sw[act], sb[act], alpha2, residual, general, None)
+            for v, nv in zip(st, new):
+                v[act] = np.broadcast_to(np.asarray(nv, dtype=float), act.shape)
         while k < store.size and store[k] < layer:
             k += 1
         if k < store.size and store[k] == layer and act.size:
-            out_qa[k, idx[act]], out_qab[k, idx[act]] = qa[act], qab[act]
-            if general:
-                out_qb[k, idx[act]] = qb[act]
-        bad = act[~(np.isfinite(qa[act]) & np.isfinite(qb[act]) & np.isfinite(qab[act]))]
-        if bad.size:
-            status[idx[bad]] = 1
-            live[bad] = False
+            for r, v in zip(rows, st):
+                if r.size:
+                    r[k, idx[act]] = v[act]
+        code = _code(*(v[act] for v in st))
+        under = act[(code == UNDERFLOW) & (last[idx[act]] == depth)]
+        last[idx[under]] = layer - 1
+        bad = (code == OVERFLOW) | (code == DOMAIN)
+        if bad.any():
+            status[idx[act[bad]]] = code[bad]
+            last[idx[act[bad]]] = np.minimum(last[idx[act[bad]]], layer - 1)
+            live[act[bad]] = False
         if not live.any():
             break
-    return out_qa, out_qb, out_qab, status
+    fine = idx[live]
+    status[fine] = np.where(last[fine] < depth, UNDERFLOW, OK)
+    return rows, status, last

@@ -284,15 +284,17 @@ def _cli(capsys, *argv):
 
 
 def test_cli_json_summary_with_scheduler(tmp_path, capsys, cluster):
-    code, out, err = _cli(capsys, "sweep", "eoc", "relu", "--sigma-b2", "0:0.1:3", "-d", str(tmp_path / "r"),
-                          "--scheduler", cluster.scheduler.address, "--json", "-o", str(tmp_path / "relu.npz"))
+    code, out, err = _cli(capsys, "sweep", "eoc", "monomial", "--sigma-b2", "0:0.1:3", "-d", str(tmp_path / "r"),
+                          "--scheduler", cluster.scheduler.address, "--json", "-o", str(tmp_path / "monomial.npz"))
     assert code == 0, err
     s = json.loads(out)
-    assert s["chunks"] == 1 and s["computed"] == 1 and s["errors"] == 2 and s["sigma_w2"] == [2.0, None, None]
-    with np.load(tmp_path / "relu.npz") as z:
-        assert z["sigma_w2"][0] == 2.0 and json.loads(str(z["params"]))["params"]["sigma_b2"] == [0.0, 0.05, 0.1]
+    # x^2: chi1 = 4 sigma_w2 q = 1 and q = 3 sigma_w2 q^2 + sigma_b2 give q* = 4 sigma_b2, sigma_w2 = 1/(16 sigma_b2);
+    # no EOC at sigma_b2 = 0 (an error row, not fatal)
+    assert s["chunks"] == 1 and s["computed"] == 1 and s["errors"] == 1 and s["sigma_w2"] == [None, 1.25, 0.625]
+    with np.load(tmp_path / "monomial.npz") as z:
+        assert z["sigma_w2"][2] == 0.625 and json.loads(str(z["params"]))["params"]["sigma_b2"] == [0.0, 0.05, 0.1]
     assert err == ""       # stderr is not a terminal: no progress bar
-    code, out, _ = _cli(capsys, "sweep", "eoc", "relu", "--sigma-b2", "0:0.1:3", "-d", str(tmp_path / "r"))
+    code, out, _ = _cli(capsys, "sweep", "eoc", "monomial", "--sigma-b2", "0:0.1:3", "-d", str(tmp_path / "r"))
     assert code == 0 and "0 computed, 1 reused" in out
 
 

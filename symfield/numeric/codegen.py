@@ -82,23 +82,48 @@ def layer_step(qa, qb, qab, dd, sw, sb, alpha2, residual, general, M):
 
     plain:    q' = sigma_w2 V(q) + sigma_b2,   q12' = sigma_w2 C(qa, qb, q12) + sigma_b2,   d' = sigma_w2 D(qa, qb, q12, d)
     residual: q' = q + alpha^2 (sigma_w2 V(q) + sigma_b2)  (and likewise for q12; d' = d + alpha^2 sigma_w2 D)
-    d = qa + qb - 2 q12 is carried by its own map (no bias term, no cancellation as c -> 1).
+    d = qa + qb - 2 q12 is carried by its own map (no bias term, no cancellation as c -> 1). One 2-D map
+    per layer: for c >= 1/2 (d <= (qa + qb)/2) the distance map D and C = (V(qa) + V(qb) - D)/2, else the
+    covariance map C and D = V(qa) + V(qb) - 2C -- each derived one without cancellation where it is used.
     With general False the two inputs have equal norm (qb = qa) and V(qb), C's and D's q2 reuse qa.
     \"\"\"
-    fa = sw * V(M, qa) + sb
+    va = V(M, qa)
     if general:
-        fb = sw * V(M, qb) + sb
-        fab = sw * C(M, qa, qb, qab) + sb
-        fd = sw * D(M, qa, qb, qab, dd)
+        q2 = qb
+        vb = V(M, qb)
     else:
-        fb = fa
-        fab = sw * C(M, qa, qa, qab) + sb
-        fd = sw * D(M, qa, qa, qab, dd)
+        q2 = qa
+        vb = va
+    if near(dd, qa, q2):
+        dv = D(M, qa, q2, qab, dd)
+        cv = 0.5 * (va + vb - dv)
+    else:
+        cv = C(M, qa, q2, qab)
+        dv = va + vb - 2.0 * cv
+    fa = sw * va + sb
+    fb = sw * vb + sb
+    fab = sw * cv + sb
+    fd = sw * dv
     if residual:
         return qa + alpha2 * fa, qb + alpha2 * fb, qab + alpha2 * fab, dd + alpha2 * fd
     return fa, fb, fab, fd
 """
 _STEP_CODE = compile(STEP_SOURCE, "<symfield.codegen.STEP_SOURCE>", "exec")
+
+
+def _near(dd, qa, q2):
+    """c >= 1/2 (d <= (qa + q2)/2) for numbers, or for arrays whose points all agree (callers split them)."""
+    m = np.asarray(dd <= 0.5 * (qa + q2))
+    if m.all():
+        return True
+    if not m.any():
+        return False
+    raise ValueError("layer_step: points on both sides of c = 1/2 in one call (split them with near_mask)")
+
+
+def near_mask(dd, qa, q2):
+    """The points where layer_step uses the distance map (c >= 1/2)."""
+    return np.asarray(dd <= 0.5 * (qa + q2))
 
 
 def step_functions(V, C, D):
@@ -109,7 +134,7 @@ def step_functions(V, C, D):
     q' = sigma_w2 V(q) + sigma_b2, q12' = sigma_w2 C(qa, qb, q12) + sigma_b2, d' = sigma_w2 D
     (residual: q + alpha^2 (...)).
     """
-    ns = {"V": V, "C": C, "D": D}
+    ns = {"V": V, "C": C, "D": D, "near": _near}
     exec(_STEP_CODE, ns)
     return ns["first_layer"], ns["layer_step"]
 
@@ -230,7 +255,12 @@ def recurse(sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general,
 """
 
 # The tail of every generated module: the recursion and the grid kernel, compiled by numba.
-_RECURSION_SOURCE = STEP_SOURCE + """
+_RECURSION_SOURCE = """
+@njit(inline="always", **_OPTS)
+def near(dd, qa, q2):
+    return dd <= 0.5 * (qa + q2)
+
+""" + STEP_SOURCE + """
 
 first_layer = njit(inline="always", **_OPTS)(first_layer)
 layer_step = njit(inline="always", **_OPTS)(layer_step)

@@ -91,8 +91,8 @@ class Propagation:
         """sqrt(q_aa q_bb) - q12 = (d - (sqrt q_aa - sqrt q_bb)^2)/2 (= d/2 at equal norms), from d."""
         if self.qbb is None:
             return self.d / 2
-        with np.errstate(invalid="ignore"):
-            return (self.d - (np.sqrt(self.q) - np.sqrt(self.qbb)) ** 2) / 2
+        with np.errstate(invalid="ignore", divide="ignore"):   # (sqrt a - sqrt b)^2 = ((a - b)/(sqrt a + sqrt b))^2
+            return (self.d - ((self.q - self.qbb) / (np.sqrt(self.q) + np.sqrt(self.qbb))) ** 2) / 2
 
     @cached_property
     def one_minus_c(self) -> np.ndarray:
@@ -373,11 +373,14 @@ def _run_numpy(K, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, ge
         if act.size:
             with np.errstate(over="ignore", invalid="ignore"):
                 if layer == 1:
-                    new = first_layer(qa0, qb0, qab0, d0, sw[act], sb[act])
-                else:
-                    new = layer_step(*(v[act] for v in st), sw[act], sb[act], alpha2, residual, general, None)
-            for v, nv in zip(st, new):
-                v[act] = np.broadcast_to(np.asarray(nv, dtype=float), act.shape)
+                    parts = [(act, first_layer(qa0, qb0, qab0, d0, sw[act], sb[act]))]
+                else:   # layer_step takes the distance or the covariance map: one call per side of c = 1/2
+                    m = codegen.near_mask(st[3][act], st[0][act], st[1][act] if general else st[0][act])
+                    parts = [(ix, layer_step(*(v[ix] for v in st), sw[ix], sb[ix], alpha2, residual, general, None))
+                             for ix in (act[m], act[~m]) if ix.size]
+            for ix, new in parts:
+                for v, nv in zip(st, new):
+                    v[ix] = np.broadcast_to(np.asarray(nv, dtype=float), ix.shape)
         while k < store.size and store[k] < layer:
             k += 1
         if k < store.size and store[k] == layer and act.size:

@@ -1128,23 +1128,10 @@ def C_scalar(M, q1, q2, q12):
         if p < M[2] or p > M[3] or not (0.0 < q1 < math.inf):
             return None
         i = p - int(M[2])
-    OP, OE = int(M[12]), int(M[13])
-    lo, hi = int(M[OP + i]), int(M[OP + i + 1]) - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if M[OE + 2 * mid] <= th:
-            lo = mid
-        else:
-            hi = mid - 1
-    ta, tb = M[OE + 2 * lo], M[OE + 2 * lo + 1]
-    y = min(1.0, max(-1.0, (2.0 * th - ta - tb) / (tb - ta)))
-    o, blk = int(M[14]), int(M[15])
-    ty = cheb.basis(y, N_TH)
+    g = _cell_scalar(M, int(M[12]), int(M[13]), int(M[14]), i, x, th, hom)
     if hom:
-        g = float(M[o + blk * lo:o + blk * (lo + 1)] @ ty)
         n = int(M[5])
         return q12 * sq ** (n - 1) * g if par == 1 else sq ** n * g
-    g = float(cheb.basis(x, N_T) @ M[o + blk * lo:o + blk * (lo + 1)].reshape(N_T, N_TH) @ ty)
     if M[6] == 0.0:
         return g
     return q12 * g if par == 1 else q1 * g

@@ -195,7 +195,20 @@ def _validate(func, act, width, depth, sigma_w2, sigma_b2, n_inputs, n_networks,
         if n_inputs is not None and check.integer(func, "n_inputs", n_inputs, lo=1) != arr.shape[0]:
             check.fail(func, "n_inputs", f"None or the number of rows of inputs ({arr.shape[0]})", n_inputs)
         n_inputs, d = arr.shape
+    _memory(func, width, depth, n_inputs, n_networks, d, method)
     return act, k, width, depth, sw, sb, n_inputs, n_networks, seed, alpha, d
+
+
+def _memory(func, N, depth, P, n_networks, d, method):
+    """Refuse up front a run whose arrays exceed core.validate.memory_limit: ~6 (P, N) work arrays,
+    the inputs (P, d), P x P Gram matrices, per-layer rows and pair correlations; explicit weights add
+    two (N, max(N, d)) matrices, and class_gradients (method None) keeps every layer's (P, N) activations."""
+    pairs = min(P * (P - 1) // 2 * n_networks, PAIR_CAP + n_networks)
+    words = 6 * P * N + P * d + 3 * P * P + depth * (pairs + 16 * n_networks)
+    if method != "gram":
+        words += 2 * N * max(N, d) + (depth * P * N if method is None else 0)
+    check.memory(func, f"width = {N}, n_inputs = {P}, depth = {depth}, n_networks = {n_networks}, "
+                 f"input dim = {d} (8-byte floats)", 8 * words)
 
 
 def _is_numeric(v):

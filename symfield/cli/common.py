@@ -24,7 +24,8 @@ EPILOG = """examples:
   symfield verify "x*erf(x)"
   symfield sweep eoc tanh --sigma-b2 0.01:0.3:30 --dps 30 -d runs/tanh-eoc
   symfield bench tanh --quick
-Ranges are start:stop:num (num points, both ends included); write negative starts as --sigma-w2=-1:2:3.
+Ranges are start:stop:num (num points, both ends included). Values and formulas may start with '-'
+(--sigma-b2 -1:2:3, symfield kernel "-x**2").
 Progress bars appear on a terminal only (stderr); piped output stays clean.
 """
 

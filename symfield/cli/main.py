@@ -119,10 +119,24 @@ def cmd_map(args):
         "qab_map": maps.qab_map(act, args.q, q2, q12, args.sigma_w2, args.sigma_b2, dps=args.dps),
         "chi1": maps.chi1(act, args.sigma_w2, args.sigma_b2, q=args.q, dps=args.dps),
     }
+    import sympy as sp
+
+    from symfield.symbolic.kernel import kernel
+    jumps = kernel(act).dpsi2 == sp.oo   # phi jumps: chi1 = sigma_w2 E[phi'^2] = inf is the true value
+    _finite({k: v for k, v in out.items() if not (jumps and k == "chi1")},
+            "(float64 overflow?) use --dps 30 or smaller q, sigma_w2, sigma_b2")
     text = {k: _number(v, args.dps) for k, v in out.items()}
     _print(args, text, {"activation": act.name, "q": args.q, "q2": q2, "q12": q12, "sigma_w2": args.sigma_w2,
                         "sigma_b2": args.sigma_b2, "dps": args.dps})
     return 0
+
+
+def _finite(values, advice):
+    """Raise ArithmeticError naming every non-finite value of ``values`` (finite input, so an overflow)."""
+    import mpmath
+    bad = [f"{k} = {v}" for k, v in values.items() if not mpmath.isfinite(v)]
+    if bad:
+        raise ArithmeticError(f"non-finite result {', '.join(bad)}: {advice}")
 
 
 def cmd_qstar(args):
@@ -132,6 +146,9 @@ def cmd_qstar(args):
     from symfield.theory.maps import chi1
     act = act_arg(args)
     qs = q_star(act, args.sigma_w2, args.sigma_b2, dps=args.dps)
+    if mpmath.isnan(qs):
+        raise ArithmeticError(f"q_star is NaN at sigma_w2 = {args.sigma_w2!r}, sigma_b2 = {args.sigma_b2!r} "
+                              "(float64 overflow?); use --dps 30 or smaller sigma_w2, sigma_b2")
     slope = chi1(act, args.sigma_w2, args.sigma_b2, q=qs, dps=args.dps) if 0 < qs < mpmath.inf else None
     _print(args, {"q_star": _number(qs, args.dps), "chi1": None if slope is None else _number(slope, args.dps)})
     return 0
@@ -379,18 +396,46 @@ COMMANDS = {"list": cmd_list, "kernel": cmd_kernel, "map": cmd_map, "qstar": cmd
             "derive": cmd_derive, "verify": cmd_verify, "sweep": cmd_sweep, "bench": cmd_bench}
 
 
+def _dash_formulas(argv):
+    """Formulas and numbers may start with '-' (``symfield kernel "-x**2"``, ``--q12 -1e300``): after the
+    command, a token that starts with '-' and is none of -h, -o..., -d... or --name gets a leading space,
+    which argparse reads as a value, not an option (formulas and numbers are read with spaces stripped)."""
+    out, after = list(argv), False
+    for i, t in enumerate(out):
+        if not after:
+            after = t in COMMANDS
+        elif len(t) > 1 and t[0] == "-" and t[1] != "-" and t != "-h" and t[:2] not in ("-o", "-d"):
+            out[i] = " " + t
+    return out
+
+
+def _message(err):
+    """The first line of an exception's message, or its type when the message is empty."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else f"{type(err).__name__} (no message)"
+
+
 def main(argv=None):
     from symfield.cli.parser import build_parser
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_dash_formulas(sys.argv[1:] if argv is None else argv))
+    for name, value in vars(args).items():  # undo the leading spaces of _dash_formulas
+        if isinstance(value, str) and value.startswith(" -"):
+            setattr(args, name, value[1:])
+    import numpy as np
     try:
-        return COMMANDS[args.command](args)
+        with np.errstate(all="ignore"):  # overflow shows as a non-finite result or a status, not a warning
+            return COMMANDS[args.command](args)
     except (ValueError, TypeError, NotImplementedError, ArithmeticError) as err:
-        return fail(str(err).splitlines()[0])
+        return fail(_message(err))
+    except MemoryError as err:
+        return fail(f"out of memory ({_message(err)}); use a smaller grid, depth, width or size")
     except BrokenPipeError:  # the reader (e.g. `| head`) closed the pipe: stop quietly
         import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except OSError as err:  # e.g. the output directory vanished or filled up while computing
-        return fail(f"{err.strerror or err}" + (f": {err.filename!r}" if err.filename else ""))
+        return fail(f"{err.strerror or _message(err)}" + (f": {err.filename!r}" if err.filename else ""))
     except KeyboardInterrupt:
         return fail("interrupted")
+    except Exception as err:  # a bug: still one line, with the exception type, never a traceback
+        return fail(f"internal error {type(err).__name__}: {_message(err)} (please report it)")

@@ -5,26 +5,92 @@ into place (os.replace), so a reader -- another process, a resumed run, a user a
 sees either the old file or the new one, never a partial one. ``.npz`` archives are written
 byte-stable: members in sorted order with fixed timestamps, so the same arrays give the same
 bytes (sweep chunks, tables and CLI outputs compare by content).
+
+The cache is treated as a hostile disk: every cached file carries a content hash that is checked
+before use (generated modules: the sha256 in their name; tables: a ``sha256`` member over the other
+members, :func:`save_checked_npz` / :func:`load_checked_npz`). A file that fails its check or cannot be
+read is moved aside (:func:`quarantine`, one :class:`CacheWarning`) and rebuilt. A cache location that
+cannot be written falls back to a per-process temporary directory (:func:`cache_dir`, one warning).
 """
 from __future__ import annotations
 
+import atexit
+import hashlib
 import io
 import os
+import shutil
 import tempfile
+import warnings
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 
-def cache_dir() -> Path:
-    """``$SYMFIELD_CACHE/codegen`` (default ``$XDG_CACHE_HOME/symfield/codegen``, ``~/.cache/...``): generated
-    modules; the tables live in its ``tables/`` and ``tables1d/`` subfolders."""
+class CacheWarning(UserWarning):
+    """A cached file failed its check (moved aside and rebuilt), or the cache location cannot be written."""
+
+
+class CacheError(ValueError):
+    """A cached file is unusable (hash mismatch, wrong structure): callers move it aside and rebuild."""
+
+
+def warn(message: str, where) -> None:
+    """One warning line ``<where>:0: CacheWarning: <message>`` (no source line; every occurrence shown)."""
+    warnings.warn_explicit(message, CacheWarning, str(where), 0, module=__name__)
+
+
+def quarantine(path, why: str) -> None:
+    """Move a bad cached file aside (``<name>.bad-<pid>``; deleted if renaming fails) with one warning."""
+    path = Path(path)
+    aside = path.with_name(f"{path.name}.bad-{os.getpid()}")
+    try:
+        os.replace(path, aside)
+        done = f"moved aside to {aside.name}"
+    except OSError:
+        try:
+            path.unlink()
+            done = "deleted"
+        except OSError:
+            done = "left in place (cannot be moved)"
+    warn(f"unusable cache file ({why}); {done}, rebuilt", path)
+
+
+def _configured() -> Path:
     root = os.environ.get("SYMFIELD_CACHE")
     if root:
         return Path(root).expanduser() / "codegen"
     xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(xdg) / "symfield" / "codegen"
+
+
+_USABLE: dict = {}   # configured location -> the directory used by this process
+
+
+def cache_dir() -> Path:
+    """``$SYMFIELD_CACHE/codegen`` (default ``$XDG_CACHE_HOME/symfield/codegen``, ``~/.cache/...``): generated
+    modules; the tables live in its ``tables/`` and ``tables1d/`` subfolders.
+
+    Probed once per process (create it, write and remove a file): a location that cannot be written
+    (read-only, SYMFIELD_CACHE naming a file, ...) is replaced by a per-process temporary directory
+    (removed at exit), with one :class:`CacheWarning`."""
+    want = _configured()
+    got = _USABLE.get(want)
+    if got is None:
+        try:
+            want.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(dir=want, prefix=".probe.", suffix=".tmp")
+            os.close(fd)
+            os.unlink(probe)
+            got = want
+        except OSError as err:
+            tmp = tempfile.mkdtemp(prefix="symfield-cache-")
+            atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+            got = Path(tmp) / "codegen"
+            got.mkdir()
+            warn(f"cache location cannot be written ({err.strerror or err}); using {got} for this process", want)
+        _USABLE[want] = got
+    return got
 
 
 def npz_bytes(arrays: dict, compress: bool = True) -> bytes:
@@ -70,3 +136,32 @@ def load_npz(path) -> dict:
     """All arrays of an .npz file (no pickles)."""
     with np.load(path, allow_pickle=False) as z:
         return {k: z[k] for k in z.files}
+
+
+def arrays_sha256(arrays: dict) -> str:
+    """sha256 over the members' names, dtypes, shapes and bytes (sorted by name)."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}\0{a.dtype.str}\0{a.shape}\0".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def save_checked_npz(path, arrays: dict) -> Path:
+    """:func:`save_npz` plus a member ``sha256`` = :func:`arrays_sha256` of the others."""
+    if "sha256" in arrays:
+        raise ValueError("save_checked_npz: 'sha256' is reserved for the content hash")
+    return save_npz(path, dict(arrays, sha256=np.array(arrays_sha256(arrays))))
+
+
+def load_checked_npz(path) -> dict:
+    """The arrays of a :func:`save_checked_npz` file; CacheError when the hash is missing or differs
+    (reading errors -- OSError, BadZipFile, EOFError, ValueError, ... -- propagate)."""
+    arrays = load_npz(path)
+    stored = arrays.pop("sha256", None)
+    if stored is None:
+        raise CacheError("no content hash")
+    if str(stored) != arrays_sha256(arrays):
+        raise CacheError("content does not match its sha256")
+    return arrays

@@ -86,3 +86,25 @@ def covariance(func: str, q1, q2, q12):
         q12b = np.broadcast_to(q12, bad.shape)
         fail(func, "q12", "a covariance with |q12| <= sqrt(q1*q2) (correlation c in [-1, 1])",
              q12b if q12b.ndim == 0 else q12b[bad])
+
+
+MEMORY_FRACTION = 0.25   # arrays a call allocates up front may use at most this share of physical memory
+
+
+def memory_limit() -> int:
+    """MEMORY_FRACTION of the physical memory, in bytes (8 GiB when the OS does not say)."""
+    import os
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        total = 32 << 30
+    return int(MEMORY_FRACTION * total)
+
+
+def memory(func: str, what: str, nbytes):
+    """Refuse, before allocating, arrays of ``nbytes`` bytes above :func:`memory_limit` (``what`` says
+    which parameters set the size, e.g. "depth = 10**12 stored layers x 1 grid point x 4 arrays x 8 bytes")."""
+    limit = memory_limit()
+    if nbytes > limit:
+        raise ValueError(f"{func} would need {nbytes / 2**30:.3g} GiB for {what}, more than the limit of "
+                         f"{limit / 2**30:.3g} GiB ({MEMORY_FRACTION:.0%} of physical memory); reduce them")

@@ -10,7 +10,9 @@ are evaluated directly (never extrapolated).
 With a ``key`` (a string naming the map exactly, e.g. the srepr of its SymPy expression) the
 certified panels are cached on disk beside the generated code (``tables1d/``), so a new process
 loads them instead of re-running ~8e4 quadratures; the file name hashes the key, the table
-parameters and the symfield version.
+parameters and the symfield version. A cached file carries a sha256 of its arrays and its structure
+is checked (panel edges contiguous over [P_LO, P_HI], coefficients (n, N), all finite) before use;
+one that fails, or cannot be read, is moved aside with one warning and rebuilt (core.files.quarantine).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import hashlib
 
 import numpy as np
 
-from symfield.core.files import cache_dir, load_npz, save_npz
+from symfield.core.files import cache_dir, load_checked_npz, quarantine, save_checked_npz, warn
 from symfield.core.version import __version__
 from symfield.numeric import chebyshev as cheb
 
@@ -44,18 +46,23 @@ class Table1D:
             self._save(path)
 
     def _load(self, path):
+        if not path.exists():
+            return False
         try:
-            z = load_npz(path)
-            self.lo, self.hi, self.coef, self.error = z["lo"], z["hi"], z["coef"], float(z["error"])
-            return True
-        except (OSError, ValueError, KeyError):
-            return False    # absent or unreadable: rebuilt
+            z = load_checked_npz(path)
+            lo, hi, coef, error = z["lo"], z["hi"], z["coef"], float(z["error"])
+            check_structure(lo, hi, coef, error)
+        except Exception as err:     # any failure to read or check: moved aside, rebuilt
+            quarantine(path, f"{type(err).__name__}: {err}")
+            return False
+        self.lo, self.hi, self.coef, self.error = lo, hi, coef, error
+        return True
 
     def _save(self, path):
         try:
-            save_npz(path, dict(lo=self.lo, hi=self.hi, coef=self.coef, error=self.error))
-        except OSError:
-            pass            # read-only cache: the table still works in this process
+            save_checked_npz(path, dict(lo=self.lo, hi=self.hi, coef=self.coef, error=self.error))
+        except OSError as err:      # unwritable cache: the table still works in this process
+            warn(f"cannot write the 1-D table ({err.strerror or err}); kept in memory only", path)
 
     def __call__(self, q):
         q = np.asarray(q, float)
@@ -75,6 +82,20 @@ class Table1D:
         return out
 
 
+def check_structure(lo, hi, coef, error):
+    """ValueError unless the panels tile [P_LO, P_HI] in order (hi[i] = lo[i+1]), coef is (n, N) float64,
+    everything finite and 0 <= error < inf (what __call__ indexes and trusts)."""
+    n = lo.shape[0] if lo.ndim == 1 else -1
+    if not (n >= 1 and hi.shape == (n,) and coef.shape == (n, N) and coef.dtype == np.float64):
+        raise ValueError(f"shapes lo {lo.shape}, hi {hi.shape}, coef {coef.shape} (need (n,), (n,), (n, {N}))")
+    if not (np.isfinite(coef).all() and np.isfinite(lo).all() and np.isfinite(hi).all()):
+        raise ValueError("non-finite values")
+    if not (lo[0] == P_LO and hi[-1] == P_HI and (hi > lo).all() and np.array_equal(hi[:-1], lo[1:])):
+        raise ValueError(f"panels do not tile [{P_LO}, {P_HI}]")
+    if not 0.0 <= error < np.inf:
+        raise ValueError(f"error bound {error!r}")
+
+
 def _path(key):
-    text = f"table1d N {N} TOL {TOL!r} P {P_LO}:{P_HI} depth {MAX_DEPTH} fit {FIT} symfield {__version__}\n{key}"
+    text = f"table1d sha256 N {N} TOL {TOL!r} P {P_LO}:{P_HI} depth {MAX_DEPTH} fit {FIT} symfield {__version__}\n{key}"
     return cache_dir() / "tables1d" / f"t1d_{hashlib.sha256(text.encode()).hexdigest()[:24]}.npz"

@@ -69,7 +69,7 @@ from pathlib import Path
 import numpy as np
 import sympy as sp
 
-from symfield.core.files import cache_dir, load_npz, save_npz
+from symfield.core.files import cache_dir, load_checked_npz, quarantine, save_checked_npz, warn
 from symfield.core.version import __version__
 from symfield.numeric import chebyshev as cheb
 from symfield.numeric import codegen
@@ -1037,14 +1037,15 @@ def _key_of(K):
 
 
 def path_of(K) -> Path:
+    """The cache file of K's table (``_c``: files carrying a content hash, core.files.save_checked_npz)."""
     slug = re.sub(r"[^0-9A-Za-z]+", "_", K.act.name).strip("_")[:40] or "act"
-    return cache_dir() / "tables" / f"sf_table_{slug}_{_key(K)}.npz"
+    return cache_dir() / "tables" / f"sf_table_{slug}_{_key(K)}_c.npz"
 
 
 def save(T):
-    """Write the table atomically (npz; JSON metadata). Panels from another process are merged first."""
+    """Write the table atomically (npz; JSON metadata; a sha256 of the members). Panels from another
+    process are merged first. An unwritable cache is warned about; the table still works in this process."""
     path = path_of(T.K)
-    path.parent.mkdir(parents=True, exist_ok=True)
     other = _read(path, T.K)
     if other is not None:
         for p, pn in other.panels.items():
@@ -1061,26 +1062,77 @@ def save(T):
         for j, (_, _, coef) in enumerate(pn.rcells):
             data[f"r{p}_{j}"] = coef
     data["meta"] = np.array(json.dumps(meta, sort_keys=True))
-    save_npz(path, data)
+    try:
+        save_checked_npz(path, data)
+    except OSError as err:
+        warn(f"cannot write the table of {T.name} ({err.strerror or err}); kept in memory only", path)
+        return
     T.info["path"] = str(path)
 
 
 def _read(path, K):
+    """The table stored at ``path`` (None if absent). A file that cannot be read, fails its sha256 or
+    :func:`check_structure` is moved aside with one warning (None: rebuilt)."""
     if not path.exists():
         return None
     try:
-        z = load_npz(path)
+        z = load_checked_npz(path)
         meta = json.loads(str(z["meta"]))
         T = Table(K)
+        if (meta["kind"], meta["degree"], meta["parity"]) != (T.kind, T.degree, T.parity):
+            raise ValueError(f"kind/degree/parity {meta['kind']}/{meta['degree']}/{meta['parity']} are not the kernel's")
         T.V1, T.info = meta["V1"], meta["info"]
         for p, d in meta["panels"].items():
             cells = [(a, b, z[f"c{p}_{j}"]) for j, (a, b) in enumerate(d["cells"])]
             rcells = [(a, b, z[f"r{p}_{j}"]) for j, (a, b) in enumerate(d.get("rcells", []))]
             T.panels[int(p)] = Panel(z[f"v{p}"], cells, d["err"], rcells)
-        T.info["path"] = str(path)
-        return T
-    except (OSError, ValueError, KeyError):
-        return None   # unreadable/partial file: rebuilt
+        check_structure(T)
+    except Exception as err:   # any failure to read or check (BadZipFile, EOFError, KeyError, ...): rebuilt
+        quarantine(path, f"{type(err).__name__}: {err}")
+        return None
+    T.info["path"] = str(path)
+    return T
+
+
+def check_structure(T):
+    """ValueError unless T is what the compiled lookup (_pack, _panel, _locate, _cheb*) may index into:
+    panels {0} (homogeneous) or contiguous 0 <= p <= Q_CAP_EXP - E0; V coefficients (N_T,) (none for
+    homogeneous); per panel >= 1 theta-cell, cells (and R-cells, if any) tiling [0, theta_max] in order
+    with coefficients (1 or N_T, N_TH); all values finite; V1 finite (homogeneous); error entries numbers."""
+    ps = sorted(T.panels)
+    hom = T.kind == "homogeneous"
+    if not ps or (ps != [0] if hom else (ps != list(range(ps[0], ps[-1] + 1)) or ps[0] < 0 or ps[-1] > Q_CAP_EXP - E0)):
+        raise ValueError(f"panels {ps}")
+    if hom and not (isinstance(T.V1, (int, float)) and math.isfinite(T.V1)):
+        raise ValueError(f"V1 = {T.V1!r}")
+    if not (isinstance(T.info, dict) and isinstance(T.info.get("mp_checks"), list)):
+        raise ValueError("info")
+    nt = 1 if hom else N_T
+    for p in ps:
+        pn = T.panels[p]
+        v = np.asarray(pn.vcoef)
+        if v.shape != ((0,) if hom else (N_T,)) or not np.isfinite(v).all():
+            raise ValueError(f"panel {p}: V coefficients of shape {v.shape}")
+        if not all(isinstance(e, (int, float)) and (e == e or k not in ("V", "C", "D")) for k, e in pn.err.items()):
+            raise ValueError(f"panel {p}: error entries {pn.err}")
+        for what, cells in (("cells", pn.cells), ("R-cells", pn.rcells)):
+            if what == "cells" or cells:
+                _check_cells(cells, nt, T.theta_max, f"panel {p} {what}")
+
+
+def _check_cells(cells, nt, tmax, what):
+    if not cells:
+        raise ValueError(f"{what}: none")
+    edges = [e for a, b, _ in cells for e in (a, b)]
+    if not all(isinstance(e, float) and math.isfinite(e) for e in edges):
+        raise ValueError(f"{what}: edges {edges}")
+    if edges[0] != 0.0 or edges[-1] != tmax or any(b <= a for a, b, _ in cells) or \
+            any(cells[j][1] != cells[j + 1][0] for j in range(len(cells) - 1)):
+        raise ValueError(f"{what}: edges do not tile [0, {tmax}]")
+    for _, _, coef in cells:
+        if not (isinstance(coef, np.ndarray) and coef.shape == (nt, N_TH) and coef.dtype == np.float64
+                and np.isfinite(coef).all()):
+            raise ValueError(f"{what}: coefficients of shape {np.shape(coef)}")
 
 
 _TABLES: dict = {}

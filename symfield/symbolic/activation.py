@@ -214,6 +214,8 @@ def check_gaussian_moments(expr, text=None):
     required of phi' (chi1). Tested on log|f(x)|/x^2 at |x| = 300 and 3000.
     """
     text = text or str(expr)
+    if expr.has(sp.zoo, sp.oo, sp.nan):
+        raise FormulaError(f"The formula {text!r} is not finite on the real line (SymPy reads it as {expr}).")
     check_singularities(expr, text)
     fn = sp.lambdify(x, expr, modules="mpmath")
     with mpmath.workdps(30):
@@ -479,10 +481,13 @@ def _numeric_zero(base):
 
 def is_monotone(expr) -> bool:
     """Non-decreasing on the real line (checked symbolically where possible, else on a fine grid)."""
-    d = sp.diff(expr, x)
-    fn = sp.lambdify(x, d, modules="mpmath")
+    d = sp.diff(expr, x).replace(sp.DiracDelta, lambda *a: sp.S.Zero)  # a jump is checked on phi's values
+    fn, f = sp.lambdify(x, d, modules="mpmath"), sp.lambdify(x, expr, modules="mpmath")
     grid = [mpmath.mpf(i) / 50 for i in range(-2000, 2001)]
     try:
+        values = [mpmath.re(mpmath.mpmathify(f(g))) for g in grid]
+        if any(b < a - 1e-12 * (1 + abs(a)) for a, b in zip(values, values[1:])):
+            return False
         return all(mpmath.re(mpmath.mpmathify(fn(g))) >= -1e-12 for g in grid if g != 0)
     except (TypeError, ValueError, ZeroDivisionError):
         return False
@@ -505,5 +510,9 @@ def kinks(expr) -> tuple:
     for a in args:
         a = sp.expand(a)
         if a.is_polynomial(x) and a.has(x):
-            points.update(float(r) for r in sp.real_roots(sp.Poly(a, x)))
+            try:
+                points.update(float(r) for r in sp.real_roots(sp.Poly(a, x)))
+            except NotImplementedError:  # coefficients such as sqrt(2) or pi: numerical roots suffice
+                roots = (complex(r) for r in sp.Poly(a, x).nroots(n=30))
+                points.update(r.real for r in roots if abs(r.imag) <= 1e-12 * (1 + abs(r.real)))
     return tuple(sorted(points))

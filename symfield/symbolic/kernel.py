@@ -53,7 +53,9 @@ def _relabel(k: Kernel, act) -> Kernel:
 @lru_cache(maxsize=128)
 def _single(phi: sp.Expr, name: str) -> Kernel:
     d1 = sp.diff(phi, x)
-    d2 = sp.diff(phi, x, 2)
+    if d1.has(sp.DiracDelta) and _continuous(phi, d1):   # e.g. x*step(x): x delta(x) = 0
+        d1 = _no_dirac(d1)
+    d2 = sp.diff(d1, x)
     V = G.expect1(phi, phi)
     C = G.expect2(phi, phi)
     mean = G.expect1(phi)
@@ -64,10 +66,91 @@ def _single(phi: sp.Expr, name: str) -> Kernel:
     if V.closed:
         dV = G.Expectation(sp.simplify(sp.diff(V.value, q)), f"d/dq of V ({V.method})")
     else:
-        dV = G.Expectation(G.integral1(d1**2 + phi * d2), "integral")
+        dV = _dV(phi, d1, d2, V.value)
+    if d1.has(sp.DiracDelta):
+        dpsi2, dC = _jump_maps(phi, dC, C)
     exps = dict(V=V, C=C, mean=mean, dpsi2=dpsi2, dC=dC, dV=dV)
     return Kernel(Activation(name, phi), *(exps[n].value for n in MAPS),
                   methods={n: exps[n].method for n in MAPS}, kinks=kinks(phi))
+
+
+def _no_dirac(e):
+    return e.replace(sp.DiracDelta, lambda *a: sp.S.Zero)
+
+
+def _dV(phi, d1, d2, V):
+    """dV/dq = E[phi'^2 + phi phi''] (Gaussian integration by parts) for a continuous phi.
+
+    A kink of phi at x0 (phi' jumps by J = phi'(x0+) - phi'(x0-)) puts J delta(x - x0) into phi'':
+    E[phi(u) J delta(u - x0)] = phi(x0) J exp(-x0^2/(2q))/sqrt(2 pi q), added in closed form beside
+    the integral of the regular part. A jump of phi itself (phi' has a delta) or a kink whose J
+    SymPy cannot resolve: the score form dV = (E[phi(u)^2 u^2]/q - V)/(2q) (d/dq of the N(0, q) density),
+    with no derivative of phi at all."""
+    if not d2.has(sp.DiracDelta):
+        return G.Expectation(G.integral1(d1**2 + phi * d2), "integral")
+    score = G.Expectation(G.integral1(phi**2 * x**2) / (2 * q**2) - V / (2 * q), "integral (score form)")
+    if d1.has(sp.DiracDelta):
+        return score
+    reg1, dirac = _no_dirac(d1), 0
+    for x0 in _dirac_points(d2):
+        if x0 is None:
+            return score
+        right, left = _side(reg1, x0, 1), _side(reg1, x0, -1)
+        value = None if right is None or left is None else sp.simplify(phi.subs(x, x0) * (right - left))
+        if value is None or not value.is_finite or value.has(x, sp.DiracDelta):
+            return score
+        dirac += value * sp.exp(-x0**2 / (2 * q)) / sp.sqrt(2 * sp.pi * q)
+    return G.Expectation(G.integral1(d1**2 + phi * _no_dirac(d2)) + dirac, "integral + kink terms")
+
+
+def _side(f, x0, side):
+    """lim f(x) as x -> x0 from the right (side 1) or left (-1): Heaviside and sign (the discontinuous
+    pieces) take the sign of the leading term of their argument in e at x = x0 +- e, e -> 0+; the
+    continuous rest (Max, Min, Abs, ...) its value at e = 0. None if a sign is not decided."""
+    e = sp.Symbol("e", positive=True)
+    g = f.subs(x, x0 + side * e)
+    undecided = []
+
+    def resolve(n):
+        lead = sp.expand(n.args[0]).as_leading_term(e) if n.args[0].has(e) else n.args[0]
+        if not (lead.is_positive or lead.is_negative):
+            undecided.append(n)
+        return n.func(lead, *n.args[1:])
+    g = g.replace(lambda n: isinstance(n, (sp.Heaviside, sp.sign)), resolve)
+    return None if undecided else g.subs(e, 0)
+
+
+def _continuous(phi, d1):
+    """True when phi has no jump at the points of the Dirac deltas of phi' (their weights vanish)."""
+    for x0 in _dirac_points(d1):
+        right, left = (None, None) if x0 is None else (_side(phi, x0, 1), _side(phi, x0, -1))
+        if right is None or left is None or sp.simplify(right - left) != 0:
+            return False
+    return True
+
+
+def _dirac_points(d2):
+    """Real roots x0 of the arguments of the DiracDelta atoms of phi'' (None where SymPy cannot list them)."""
+    points = set()
+    for atom in d2.atoms(sp.DiracDelta):
+        if len(atom.args) != 1 or not atom.args[0].is_polynomial(x):
+            return [None]
+        try:
+            roots = sp.Poly(atom.args[0], x).real_roots()
+        except (NotImplementedError, sp.PolynomialError):
+            roots = [r for r in sp.solve(atom.args[0], x) if r.is_real]
+        points.update(roots)
+    return sorted(points, key=float)
+
+
+def _jump_maps(phi, dC, C):
+    """phi jumps (phi' holds a Dirac delta): E[phi'^2] = oo, so chi1 is infinite at every sigma_w2 > 0;
+    dC = d/dq12 of C only when C is closed (else refused: no Gaussian quadrature of a delta)."""
+    dpsi2 = G.Expectation(sp.oo, "infinite: phi jumps, so E[phi'^2] diverges (phi' has a Dirac delta)")
+    if dC.value.has(sp.DiracDelta):
+        raise ValueError(f"the activation {phi} jumps (phi' has a Dirac delta) and its covariance map has no "
+                         "closed form, so dC/dq12 cannot be computed; use a continuous activation")
+    return dpsi2, dC
 
 
 def _avg(single: Kernel, act: Activation) -> Kernel:

@@ -99,6 +99,7 @@ def g0_sample(gamma, size, seed=None):
     """size draws of G0 = Phi(sqrt(gamma) Z), from np.random.default_rng(seed)."""
     gamma = float(_gamma("g0_sample", gamma))
     size = validate.integer("g0_sample", "size", size, lo=1)
+    validate.memory("g0_sample", f"size = {size} draws x 2 arrays x 8 bytes", 16 * size)
     z = _rng("g0_sample", seed).standard_normal(size)
     return special.ndtr(np.sqrt(gamma) * z)
 

@@ -132,6 +132,10 @@ def _validate(sigma_w2, sigma_b2, depth, q0, qab0, layers, residual, qbb0, metho
     qab = _scalar("qab0", qab0)
     if abs(qab) > math.sqrt(qa0 * qb0) * (1 + 4e-16):
         check.fail(_F, "qab0", f"a covariance with |qab0| <= sqrt(q0*qbb0) = {math.sqrt(qa0 * qb0)!r}", qab0)
+    grid = math.prod(shape)
+    n_store = depth if layers is None else int(np.size(layers))
+    check.memory(_F, f"{n_store} stored layers (depth = {depth}) x {grid} grid points x 4 arrays x 8 bytes",
+                 n_store * grid * 4 * 8 + (8 * depth if layers is None else 0))
     if layers is None:
         store = np.arange(1, depth + 1, dtype=np.int64)
     else:

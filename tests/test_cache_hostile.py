@@ -84,7 +84,12 @@ ATTACKS = {
 }
 
 
-@pytest.mark.parametrize("attack", list(ATTACKS))
+def _some_slow(attacks, keep):
+    """A representative subset by default (keep); the other attacks run with -m slow."""
+    return [a if a in keep else pytest.param(a, marks=pytest.mark.slow) for a in attacks]
+
+
+@pytest.mark.parametrize("attack", _some_slow(ATTACKS, ("append_exit", "truncated")))
 def test_damaged_module_is_not_executed_and_is_rewritten(tmp_path, monkeypatch, attack):
     path = relu_module(tmp_path, monkeypatch)
     good = path.read_bytes()
@@ -201,7 +206,7 @@ NPZ_ATTACKS = {
 }
 
 
-@pytest.mark.parametrize("attack", list(NPZ_ATTACKS))
+@pytest.mark.parametrize("attack", _some_slow(NPZ_ATTACKS, ("scaled", "empty")))
 def test_damaged_1d_tables_are_rebuilt(tmp_path, monkeypatch, tanh_1d_cache, qstar_tanh, attack):
     shutil.copytree(tanh_1d_cache, tmp_path, dirs_exist_ok=True)
     monkeypatch.setenv("SYMFIELD_CACHE", str(tmp_path))
@@ -299,7 +304,7 @@ TABLE_ATTACKS = {
 }
 
 
-@pytest.mark.parametrize("attack", list(TABLE_ATTACKS))
+@pytest.mark.parametrize("attack", _some_slow(TABLE_ATTACKS, ("zero_cells_rehashed", "truncated")))
 def test_damaged_tables_are_rebuilt(tmp_path, monkeypatch, tanh_table_cache, tanh_C_oracle, attack):
     shutil.copytree(tanh_table_cache, tmp_path, dirs_exist_ok=True)
     monkeypatch.setenv("SYMFIELD_CACHE", str(tmp_path))

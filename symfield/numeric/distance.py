@@ -11,8 +11,7 @@ One callable per kernel and number type, ``D(q1, q2, q12, d)`` (float64 arrays, 
       D = sum_k d^k (2k-1)!!/4^k  sum_{i + j = 2k, i, j odd} 4 E_m[psi^(i) psi^(j)] / (i! j!)
 
   (k = 1: d E[psi'^2]; k = 2: d^2 E[psi' psi''']/4), every term a 1-D Gaussian expectation at variance
-  q - d/4; used for d <= SERIES_D with SERIES_TERMS terms (float64) or until the terms fall below
-  10^-(dps + guard) (mpmath);
+  q - d/4, summed until the terms fall below 10^-(dps + guard); both for d <= SERIES_D;
 - avg-pools: D_phi / k + (1 - 1/k) (mean(q1) - mean(q2))^2;
 - otherwise the plain difference V(q1) + V(q2) - 2 C(q1, q2, q12), at dps + log10(V/d) extra digits in
   mpmath; in float64 it loses digits as c -> 1 (``exact`` False says so).
@@ -34,8 +33,7 @@ from symfield.symbolic.formula import X as x
 from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
 from symfield.symbolic.kernel_type import Kernel
 
-SERIES_D = 1e-4       # float64: the series is used for d <= SERIES_D (the plain difference loses ~ 1e-16 V/d)
-SERIES_TERMS = 4      # ... with this many terms (remainder ~ (c d)^5, derivatives up to order 7)
+SERIES_D = 1e-4       # the small-d rules are used for d <= SERIES_D (above, the plain difference loses ~ 1e-16 V/d)
 
 
 @dataclass(frozen=True)
@@ -44,10 +42,6 @@ class DistanceRule:
     fn: object
     exact: bool
     method: str
-
-
-def _where(small, a, b):
-    return np.where(small, a, b)
 
 
 @lru_cache(maxsize=64)
@@ -65,7 +59,7 @@ def rule(K: Kernel, dps: int | None = None) -> DistanceRule:
             return base.fn(a, b, c, dv) / k + (1 - 1 / k) * (m1 - m2) ** 2
         return DistanceRule(avg, base.exact, f"avg-pool identity ({base.method})")
     if (K.act.pool is None or K.act.k == 1) and not K.kinks:
-        return DistanceRule(_series_rule(K, dps), True, "series in d (d <= 1e-4), plain difference above")
+        return DistanceRule(_series_rule(K, dps), True, "mean-value form (float64) / series in d (mpmath) for d <= 1e-4, plain difference above")
     return DistanceRule(_plain_rule(K, dps), False, "plain difference V + V - 2C (loses digits as c -> 1)")
 
 
@@ -82,7 +76,7 @@ def _closed(K, dist, dps):
         eq = evaluate(dist.near_eq, (Q, DD), (a, dv), K.kinks)
         gen = evaluate(dist.near, (Q1, Q2, DD), (a, b, dv), K.kinks) if np.any(a != b) else eq
         far = evaluate(dist.far, (Q1, Q2, Q12), (a, b, c), K.kinks)
-        return _where(near, _where(a == b, eq, gen), far)
+        return np.where(near, np.where(a == b, eq, gen), far)
     return fn
 
 
@@ -167,7 +161,7 @@ def _series_rule(K, dps):
 
     def fn(a, b, c, dv):
         if dps is not None:
-            if a == b and dv <= mpmath.mpf(10) ** -4:
+            if a == b and dv <= to_mpf(SERIES_D):
                 with mpmath.workdps(dps + GUARD_DIGITS):
                     return _series_mp(K, to_mpf(a) - to_mpf(dv) / 4, to_mpf(dv), dps + GUARD_DIGITS)
             return plain(a, b, c, dv)

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from symfield.core.files import atomic_write, load_npz, npz_bytes
 from symfield.core import validate as check
+from symfield.core.files import atomic_write, load_npz, npz_bytes, quarantine
 
 KINDS = ("eoc", "neutrality", "phase", "verify")
 FORMAT = "symfield-sweep/1"
@@ -92,33 +92,54 @@ def _line_chunk(kind, act, sb, dps):
     from symfield.theory.fixedpoint import eoc_curve, neutrality
     fn = eoc_curve if kind == "eoc" else neutrality
     sb = np.asarray(sb, float)
-    vals, errors = None, [""] * sb.size
+    vals, errors, failed = None, [""] * sb.size, [False] * sb.size
     if dps is None:
         try:
             vals = list(np.asarray(fn(act, sb), float))
-        except LOCAL_ERRORS:
+        except Exception:
             vals = None  # some point fails: redo point by point below
     if vals is None:
         vals = []
         for i, b in enumerate(sb):
             try:
                 vals.append(fn(act, np.array([b]), dps=dps)[0])
-            except LOCAL_ERRORS as err:
+            except Exception as err:   # recorded for this point; the sweep goes on
                 vals.append(math.nan)
-                errors[i] = first_line(err)
-    out = {"sigma_w2": np.array([float(v) for v in vals], float), "error": np.array(errors, dtype=str)}
+                errors[i] = _point_error(err)
+                failed[i] = not isinstance(err, ValueError)   # ValueError: no line at this sigma_b2 (a result)
+    out = {"sigma_w2": np.array([float(v) for v in vals], float), "error": np.array(errors, dtype=str),
+           "failed": np.array(failed, bool)}
     if dps is not None:
         out["sigma_w2_mp"] = np.array(["nan" if e else _mp_text(v, dps) for v, e in zip(vals, errors)], dtype=str)
     return out
 
 
+def _point_error(err) -> str:
+    """The message recorded for a failed point: first line, with the type for errors that are not
+    plain bad-input/numerical ones (a bug shows as 'KeyError: ...')."""
+    return first_line(err) if isinstance(err, LOCAL_ERRORS) else f"{type(err).__name__}: {first_line(err)}"
+
+
+PHASE_FLOATS = ("q_star", "c_star", "gamma_star", "slope")
+
+
 def _phase_chunk(act, sw, sb, depth, eoc_tol):
+    """One tile of the phase diagram; a tile that raises is recorded (codes -1, NaN values, ``error``
+    on every point of the tile) and the sweep goes on."""
     from symfield.theory.phase_diagram import phase_diagram
-    pd = phase_diagram(act, np.asarray(sw, float), np.asarray(sb, float), depth=depth, eoc_tol=eoc_tol)
-    out = {k: np.asarray(getattr(pd, k)) for k in ("codes", "q_star", "c_star", "gamma_star", "slope",
-                                                   "eoc", "neutrality")}
-    if depth is not None:
-        out["c_depth"], out["gamma_depth"] = np.asarray(pd.c_depth), np.asarray(pd.gamma_depth)
+    sw, sb = np.asarray(sw, float), np.asarray(sb, float)
+    names = PHASE_FLOATS + (("c_depth", "gamma_depth") if depth is not None else ())
+    try:
+        pd = phase_diagram(act, sw, sb, depth=depth, eoc_tol=eoc_tol)
+    except Exception as err:
+        out = {"codes": np.full((sw.size, sb.size), -1), **{k: np.full((sw.size, sb.size), np.nan) for k in names},
+               "eoc": np.full(sb.size, np.nan), "neutrality": np.full(sb.size, np.nan)}
+        out["error"] = np.full((sw.size, sb.size), _point_error(err), dtype=str)
+        out["failed"] = np.ones((sw.size, sb.size), bool)
+        return out
+    out = {k: np.asarray(getattr(pd, k)) for k in ("codes", "eoc", "neutrality") + names}
+    out["error"] = np.full((sw.size, sb.size), "", dtype=str)
+    out["failed"] = np.zeros((sw.size, sb.size), bool)
     return out
 
 
@@ -136,16 +157,17 @@ def _verify_chunk(formulas):
     for f in formulas:
         try:
             d = verify(f).to_dict()
-        except LOCAL_ERRORS as err:
+        except Exception as err:   # recorded for this formula; the sweep goes on
             ok.append(False)
             reports.append("")
-            errors.append(first_line(err))
+            errors.append(_point_error(err))
             continue
         d = _untimed(d)
         ok.append(bool(d.get("ok")))
         reports.append(json.dumps(d, sort_keys=True, default=str))
         errors.append("")
-    return {"ok": np.array(ok, bool), "report": np.array(reports, dtype=str), "error": np.array(errors, dtype=str)}
+    return {"ok": np.array(ok, bool), "report": np.array(reports, dtype=str), "error": np.array(errors, dtype=str),
+            "failed": np.array([bool(e) for e in errors], bool)}
 
 
 def compute_chunk(kind, spec, payload):
@@ -325,7 +347,16 @@ class _Store:
         return self.root / f"chunk-{i:06d}.npz"
 
     def done(self):
-        return [i for i in range(len(self.manifest["chunks"])) if self.chunk_path(i).exists()]
+        """Chunks whose files exist; an empty (0-byte) chunk file -- a write cut short -- is moved
+        aside (one CacheWarning) and its chunk recomputed."""
+        found = []
+        for i in range(len(self.manifest["chunks"])):
+            path = self.chunk_path(i)
+            if path.exists() and path.stat().st_size == 0:
+                quarantine(path, "empty sweep chunk file")
+            elif path.exists():
+                found.append(i)
+        return found
 
     def save(self, i, arrays):
         atomic_write(self.chunk_path(i), npz_bytes({**arrays, "manifest_hash": np.array(self.manifest["hash"])}))
@@ -334,7 +365,7 @@ class _Store:
         path = self.chunk_path(i)
         try:
             arrays = load_npz(path)
-        except (OSError, ValueError, zipfile.BadZipFile) as err:
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
             raise ValueError(f"chunk file {str(path)!r} is unreadable ({first_line(err)}); delete it to "
                              f"recompute that chunk") from None
         if str(arrays.pop("manifest_hash", "")) != self.manifest["hash"]:
@@ -462,6 +493,12 @@ class SweepResult:
                             eoc=d["eoc"], neutrality=d["neutrality"], eoc_tol=self.params["eoc_tol"],
                             depth=self.params["depth"], c_depth=d.get("c_depth"), gamma_depth=d.get("gamma_depth"))
 
+    @property
+    def failed(self) -> int:
+        """Number of points (sigma_b2 values, grid points or formulas) whose computation failed (their
+        message is in ``r['error']``; a sigma_b2 without an EOC / neutrality point is a result, not a failure)."""
+        return int(np.count_nonzero(self.data["failed"])) if "failed" in self.data else 0
+
     def reports(self):
         """Verify reports as dicts (None where verify raised; see ``r['error']``)."""
         return [json.loads(t) if t else None for t in self.data["report"]]
@@ -487,7 +524,10 @@ def _assemble(store, kind):
                     if a == 0:
                         data.setdefault(k, np.full(sb.shape, np.nan, v.dtype))[c:d] = v
                 else:
-                    data.setdefault(k, np.zeros((sw.size, sb.size), v.dtype))[a:b, c:d] = v
+                    dtype = object if v.dtype.kind == "U" else v.dtype   # text of any width
+                    data.setdefault(k, np.zeros((sw.size, sb.size), dtype))[a:b, c:d] = v
+        if "error" in data:
+            data["error"] = data["error"].astype(str)
     return data
 
 
@@ -513,7 +553,9 @@ def _write_netcdf(path, kind, data, params, act):
                     attrs={"params": json.dumps(params, sort_keys=True), "kind": kind, "activation": act})
     if kind == "phase":
         ds.attrs["phases"] = ", ".join(data["phases"].tolist())
-    ds.to_netcdf(path)
+    from symfield.core.files import replacing
+    with replacing(path) as tmp:
+        ds.to_netcdf(tmp)
 
 
 def _write_output(output, kind, data, params, act):

@@ -27,7 +27,22 @@ EPILOG = """examples:
 Ranges are start:stop:num (num points, both ends included). Values and formulas may start with '-'
 (--sigma-b2 -1:2:3, symfield kernel "-x**2").
 Progress bars appear on a terminal only (stderr); piped output stays clean.
+Output files (-o, --plot) are written to a temporary file and renamed into place: an interrupted or
+failed run leaves the earlier file untouched and no partial file.
+
+exit status:
+  0    success
+  1    verify: a check failed
+  2    error (bad input, a failed computation, a file that cannot be written): one line on stderr,
+       nothing written; --debug also prints the traceback
+  3    verify: inconclusive
+  4    incomplete result: written or printed, but some values are non-finite (overflow, status != 0)
+       or some sweep points failed; one line on stderr says how many
+  130  interrupted (Ctrl-C): one line "interrupted", no partial output file
 """
+
+INCOMPLETE = 4      # results written, but some values are non-finite or some points failed
+INTERRUPTED = 130   # Ctrl-C
 
 
 def fail(message):

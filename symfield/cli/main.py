@@ -1,4 +1,4 @@
-"""The ``symfield`` command line. Bad input: one line on stderr and exit code 2.
+"""The ``symfield`` command line. Bad input: one line on stderr and exit code 2 (exit codes: EXIT_CODES).
 
 Tables (per layer, per sigma_b2, per grid point) go to standard output as CSV, or with
 ``-o FILE`` to FILE.csv / FILE.npz / FILE.nc with the parameters that produced them inside
@@ -9,7 +9,14 @@ from __future__ import annotations
 import json
 import sys
 
-from symfield.cli.common import act_arg, fail, parse_range, writable
+from symfield.cli.common import (
+    INCOMPLETE,
+    INTERRUPTED,
+    act_arg,
+    fail,
+    parse_range,
+    writable,
+)
 
 
 def _number(v, dps):
@@ -55,6 +62,35 @@ def _emit(args, out, data, coords, params, dims=None, dps=None, summary=None):
         save(sys.stdout, data, coords, params, dims, dps)
     else:
         print(f"data: {out}")
+
+
+def _incomplete(args, what):
+    """One stderr line ``symfield <command>: incomplete result: <what>``; returns INCOMPLETE (the
+    results were still written or printed, each with its status)."""
+    print(f"symfield {args.command}: incomplete result: {what}", file=sys.stderr)
+    return INCOMPLETE
+
+
+def _nonfinite(arrays, nan_only=False):
+    """(number of non-finite -- or NaN -- entries, number of entries) over the numeric arrays."""
+    import numpy as np
+    bad = total = 0
+    for v in arrays:
+        v = np.asarray(v)
+        if v.dtype.kind in "fc":
+            bad += int((np.isnan(v) if nan_only else ~np.isfinite(v)).sum())
+            total += v.size
+    return bad, total
+
+
+def _check(args, arrays, advice, nan_only=False):
+    """0 when every value of ``arrays`` (name -> array) is finite, else the _incomplete line naming them."""
+    bad, total = _nonfinite(arrays.values(), nan_only)
+    if not bad:
+        return 0
+    names = [k for k, v in arrays.items() if _nonfinite([v], nan_only)[0]]
+    kind = "NaN" if nan_only else "non-finite"
+    return _incomplete(args, f"{bad} of {total} values are {kind} (in {', '.join(names)}); {advice}")
 
 
 def _json(obj, dps=None) -> str:
@@ -166,7 +202,8 @@ def cmd_eoc(args):
         if note:
             out["note"] = note.splitlines()[0]
     _print(args, out)
-    return 0
+    return _check(args, {"sigma_w2": float(e.sigma_w2), "q_slope": slope}, "(float64 overflow?) try --dps 30",
+                  nan_only=True)
 
 
 def cmd_line(args):
@@ -201,7 +238,9 @@ def cmd_line(args):
     data = {**cols, "error": errors.astype(str)}
     summary = {"sigma_b2": sb, **cols, "errors": int((errors != "").sum())}
     _emit(args, out, data, {"sigma_b2": sb}, _params(args), dps=args.dps, summary=summary)
-    return 0
+    solved = errors == ""     # a point without a line is a result (its reason is in the error column)
+    return _check(args, {n: np.array([float(v) for v in c[solved]]) for n, c in cols.items()},
+                  "(float64 overflow?) try --dps 30", nan_only=True)
 
 
 # ---------------------------------------------------------------- commands: depth, phases, divergence
@@ -218,9 +257,10 @@ def cmd_propagate(args):
     params = _params(args, method=r.method, status=status, status_text=STATUS[status],
                      last_finite=int(r.last_finite), distance=r.params.get("distance", ""))
     _emit(args, out, data, {"layer": np.asarray(r.layers)}, params, summary={"layer": r.layers, **data})
-    if status:
-        print(f"symfield propagate: status {status}: {STATUS[status]} (last finite gamma at layer "
-              f"{int(r.last_finite)})", file=sys.stderr)
+    bad_rows = int((~np.isfinite(np.column_stack(list(data.values())))).any(axis=1).sum())
+    if status or bad_rows:
+        return _incomplete(args, f"status {status} ({STATUS[status]}): {bad_rows} of {len(r.layers)} layers "
+                                 f"hold non-finite values (last finite gamma at layer {int(r.last_finite)})")
     return 0
 
 
@@ -272,12 +312,14 @@ def cmd_phase(args):
     if args.json:
         summary.update(sigma_b2=pd.sigma_b2, eoc=pd.eoc, neutrality=pd.neutrality)
         print(_json(summary))
-        return 0
-    print(f"{pd.act}: {sw.size} x {sb.size} grid (sigma_w2 x sigma_b2) in {seconds:.2f} s")
-    for name, n in summary["counts"].items():
-        print(f"  {name:24s} {n}")
-    _say_files(out, plot)
-    return 0
+    else:
+        print(f"{pd.act}: {sw.size} x {sb.size} grid (sigma_w2 x sigma_b2) in {seconds:.2f} s")
+        for name, n in summary["counts"].items():
+            print(f"  {name:24s} {n}")
+        _say_files(out, plot)
+    # inf is a value here (q* of an unbounded q, gamma* of a deep-prejudice phase); NaN is not
+    return _check(args, {"q_star": pd.q_star, "c_star": pd.c_star, "slope": pd.slope}, "(float64 overflow?) "
+                  "use smaller sigma_w2, sigma_b2", nan_only=True)
 
 
 def _say_files(out, plot):
@@ -305,19 +347,23 @@ def cmd_divergence(args):
     if args.json:
         print(_json({**summary, "gamma": d.gamma, "output": str(out) if out else None,
                      "plot": str(plot) if plot else None}))
-        return 0
-    _print(args, {"kind": d.kind, value[0]: repr(float(value[1])), "precision": d.precision,
-                  **{f"rms_{k}": f"{v:.3g}" for k, v in d.rms.items()}})
-    _say_files(out, plot)
-    return 0
+    else:
+        _print(args, {"kind": d.kind, value[0]: repr(float(value[1])), "precision": d.precision,
+                      **{f"rms_{k}": f"{v:.3g}" for k, v in d.rms.items()}})
+        _say_files(out, plot)
+    return _check(args, {value[0]: float(value[1]), "gamma": d.gamma}, "gamma left float64 or the fit failed; "
+                  "use a smaller --depth")
 
 
 # ---------------------------------------------------------------- commands: finite width
 def cmd_simulate(args):
     import numpy as np
 
-    from symfield.theory.propagate import propagate
     from symfield.simulate import finite_data_gamma, simulate
+    from symfield.theory.propagate import propagate
+    if args.n_inputs < 2:
+        raise ValueError(f"--n-inputs must be an integer >= 2 (c, qab and gamma compare pairs of inputs); "
+                         f"got {args.n_inputs}")
     out, plot = _files(args)
     act = act_arg(args)
     s = simulate(act, args.width, args.depth, args.sigma_w2, args.sigma_b2, args.n_inputs, args.n_networks,
@@ -335,7 +381,8 @@ def cmd_simulate(args):
         plots.depth_curves(th, sim=s, path=plot)
     _emit(args, out, data, {"layer": s.layers}, _params(args, theory=th.method),
           summary={"layer": s.layers, **data, "plot": str(plot) if plot else None})
-    return 0
+    return _check(args, data, "overflow at this sigma_w2, sigma_b2, depth? (theory status "
+                              f"{int(th.status)}: {th.STATUS[int(th.status)]})")
 
 
 def cmd_gradients(args):
@@ -354,19 +401,23 @@ def cmd_gradients(args):
     summary = {"layer": g.layers, **{n: data[n] for n in ("all", "favoured", "unfavoured")}, "g0": g.g0,
                "favoured_class": g.favoured_class, "plot": str(plot) if plot else None}
     _emit(args, out, data, {"layer": g.layers}, _params(args), dims=dims, summary=summary)
-    return 0
+    return _check(args, data, "overflow at this sigma_w2, sigma_b2, depth?")
 
 
 # ---------------------------------------------------------------- commands: documents and checks
 def cmd_derive(args):
+    from pathlib import Path
+
+    from symfield.core.files import atomic_write
     from symfield.reports.derive import derive
+    if args.output and not Path(args.output).parent.is_dir():
+        return fail(f"cannot write {args.output!r}: its directory does not exist")
     tex = derive(act_arg(args))
     if not args.output:
         sys.stdout.write(tex)
         return 0
     try:
-        with open(args.output, "w", encoding="utf-8") as fh:
-            fh.write(tex)
+        atomic_write(args.output, tex.encode("utf-8"))
     except OSError as err:
         return fail(f"cannot write {args.output!r}: {err.strerror or err}")
     return 0
@@ -416,26 +467,50 @@ def _message(err):
 
 
 def main(argv=None):
-    from symfield.cli.parser import build_parser
-    args = build_parser().parse_args(_dash_formulas(sys.argv[1:] if argv is None else argv))
-    for name, value in vars(args).items():  # undo the leading spaces of _dash_formulas
-        if isinstance(value, str) and value.startswith(" -"):
-            setattr(args, name, value[1:])
-    import numpy as np
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv       # anywhere on the line: tracebacks on stderr as well
     try:
-        with np.errstate(all="ignore"):  # overflow shows as a non-finite result or a status, not a warning
-            return COMMANDS[args.command](args)
-    except (ValueError, TypeError, NotImplementedError, ArithmeticError) as err:
-        return fail(_message(err))
-    except MemoryError as err:
-        return fail(f"out of memory ({_message(err)}); use a smaller grid, depth, width or size")
+        return _run([a for a in argv if a != "--debug"])
     except BrokenPipeError:  # the reader (e.g. `| head`) closed the pipe: stop quietly
         import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except OSError as err:  # e.g. the output directory vanished or filled up while computing
+    except BaseException as err:
+        if isinstance(err, SystemExit):
+            raise
+        if debug:
+            import traceback
+            traceback.print_exc()
+        return _failure(err)
+    finally:  # nothing is freed after the command: skip the slow full collection at interpreter exit
+        import gc
+        gc.freeze()
+
+
+def _run(argv):
+    """Parse ``argv`` and run the command (floating-point warnings off: overflow shows as a non-finite
+    result or a status)."""
+    import numpy as np
+
+    from symfield.cli.parser import build_parser
+    args = build_parser().parse_args(_dash_formulas(argv))
+    for name, value in vars(args).items():  # undo the leading spaces of _dash_formulas
+        if isinstance(value, str) and value.startswith(" -"):
+            setattr(args, name, value[1:])
+    with np.errstate(all="ignore"):
+        return COMMANDS[args.command](args)
+
+
+def _failure(err):
+    """The one stderr line (and exit code) of an exception that ended a command."""
+    if isinstance(err, KeyboardInterrupt):
+        fail("interrupted")
+        return INTERRUPTED
+    if isinstance(err, (ValueError, TypeError, NotImplementedError, ArithmeticError)):
+        return fail(_message(err))
+    if isinstance(err, MemoryError):
+        return fail(f"out of memory ({_message(err)}); use a smaller grid, depth, width or size")
+    if isinstance(err, OSError):  # e.g. the output directory vanished or filled up while computing
         return fail(f"{err.strerror or _message(err)}" + (f": {err.filename!r}" if err.filename else ""))
-    except KeyboardInterrupt:
-        return fail("interrupted")
-    except Exception as err:  # a bug: still one line, with the exception type, never a traceback
-        return fail(f"internal error {type(err).__name__}: {_message(err)} (please report it)")
+    # a bug: still one line, with the exception type (the traceback with --debug)
+    return fail(f"internal error {type(err).__name__}: {_message(err)} (please report it; --debug shows where)")

@@ -203,6 +203,8 @@ def build_parser():
     """The ``symfield`` parser: the sub-commands of :data:`SUBCOMMANDS`, then sweep and bench."""
     parser = Parser(prog="symfield", description="Exact mean-field theory of wide random networks.",
                     epilog=EPILOG, formatter_class=RAW)
+    parser.add_argument("--debug", action="store_true", help="on an error, print the traceback too "
+                        "(accepted anywhere on the command line)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
     for name, what, examples, add_arguments in SUBCOMMANDS:
         p = sub.add_parser(name, help=what, description=what + ".", formatter_class=RAW,

@@ -4,9 +4,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
-from symfield.cli.common import act_arg, fail, parse_range, writable
+from symfield.cli.common import INCOMPLETE, act_arg, fail, parse_range, writable
 from symfield.sweep import KINDS, first_line, sweep
 
 EXAMPLES = """examples:
@@ -90,7 +91,7 @@ def _summary(args, r):
     kind = args.kind
     summary = {"kind": kind, "activation": r.act, "results_dir": str(r.results_dir), "result": str(r.path),
                "output": args.output, "chunks": len(r.computed) + len(r.reused), "computed": len(r.computed),
-               "reused": len(r.reused), "seconds": round(r.seconds, 3)}
+               "reused": len(r.reused), "seconds": round(r.seconds, 3), "failed": r.failed}
     if kind in ("eoc", "neutrality"):
         vals = r.data["sigma_w2_mp"].tolist() if args.dps else [None if math.isnan(v) else v for v in r["sigma_w2"]]
         summary.update(sigma_b2=r["sigma_b2"].tolist(), sigma_w2=vals, errors=int((r["error"] != "").sum()))
@@ -137,4 +138,9 @@ def cli(args):
         print(json.dumps(summary, indent=2))
     else:
         _say(args, r, summary)
+    if r.failed:
+        total = r["error"].size
+        print(f"symfield sweep: {r.failed} of {total} points failed (NaN values; the reason is in the 'error' "
+              f"variable of {r.path})", file=sys.stderr)
+        return INCOMPLETE
     return 0

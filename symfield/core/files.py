@@ -22,6 +22,7 @@ import shutil
 import tempfile
 import warnings
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -107,24 +108,37 @@ def npz_bytes(arrays: dict, compress: bool = True) -> bytes:
     return buf.getvalue()
 
 
-def atomic_write(path, data: bytes | str, *, durable: bool = True) -> Path:
-    """Write ``data`` to ``path`` through a temporary file in the same directory and os.replace;
-    the temporary file is removed on any failure (including KeyboardInterrupt)."""
+@contextmanager
+def replacing(path):
+    """Yield a temporary path next to ``path`` (same suffix) for any writer that takes a file name
+    (our own bytes, xarray's to_netcdf, matplotlib's savefig). On success it gets the mode a plain
+    open() would give (not mkstemp's 0600) and is renamed onto ``path`` (os.replace); on any
+    exception, KeyboardInterrupt included, it is removed and ``path`` is left as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)  # savefig reads the format from it
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode() if isinstance(data, str) else data)
-            if durable:
-                fh.flush()
-                os.fsync(fh.fileno())
+        yield tmp
+        mask = os.umask(0o022)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return path
+
+
+def atomic_write(path, data: bytes | str, *, durable: bool = True) -> Path:
+    """Write ``data`` to ``path`` atomically (:func:`replacing`), fsync'd first when ``durable``."""
+    with replacing(path) as tmp:
+        with open(tmp, "wb") as fh:
+            fh.write(data.encode() if isinstance(data, str) else data)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+    return Path(path)
 
 
 def save_npz(path, arrays: dict, *, compress: bool = True, durable: bool = True) -> Path:

@@ -16,14 +16,14 @@ variable and the text in ``<name>_mp``.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
-from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 
-from symfield.core.files import save_npz
+from symfield.core.files import atomic_write, replacing, save_npz
 from symfield.core.version import __version__
 
 SUFFIXES = (".csv", ".npz", ".nc")
@@ -109,11 +109,13 @@ def save(path, data: dict, coords: dict, params: dict, dims: dict | None = None,
         full = [k for k in data if dims.get(k, grid) == grid]
         axes = np.meshgrid(*[np.asarray(c) for c in coords.values()], indexing="ij")
         cols = [a.ravel().tolist() for a in axes] + [np.asarray(data[k]).ravel().tolist() for k in full]
-        with (nullcontext(path) if stream else open(path, "w", newline="")) as fh:
-            fh.write(f"# {json.dumps(params, sort_keys=True)}\n")
-            w = csv.writer(fh, lineterminator="\n")
-            w.writerow(list(grid) + full)
-            w.writerows([_cell(v, dps) for v in row] for row in zip(*cols))
+        fh = path if stream else io.StringIO()
+        fh.write(f"# {json.dumps(params, sort_keys=True)}\n")
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(list(grid) + full)
+        w.writerows([_cell(v, dps) for v in row] for row in zip(*cols))
+        if not stream:       # built in memory, then written whole: never a file cut mid-row
+            atomic_write(path, fh.getvalue())
         return path
     path = Path(path)
     flat = _split_mp(data, dps or 15)
@@ -129,5 +131,6 @@ def save(path, data: dict, coords: dict, params: dict, dims: dict | None = None,
                   if isinstance(v, (bool, int, float, str))})
     ds = xr.Dataset({k: (var_dims[k], np.asarray(v)) for k, v in flat.items()},
                     coords={k: np.asarray(v) for k, v in coords.items()}, attrs=attrs)
-    ds.to_netcdf(path)
+    with replacing(path) as tmp:
+        ds.to_netcdf(tmp)
     return path

@@ -90,15 +90,27 @@ def phase_diagram(pd, path=None, ax=None, title=None, act=None):
     ax.set_ylim(pd.sigma_w2.min(), pd.sigma_w2.max())
     ax.set_title(title or f"{pd.act}: phases at initialisation")
     if path is not None:
-        (fig or ax.figure).savefig(path, bbox_inches="tight")
+        _save(fig or ax.figure, path)
         if fig is not None:
             plt.close(fig)
     return ax
 
 
+def _save(fig, path):
+    """savefig to a temporary file next to ``path``, then renamed into place (never a partial image)."""
+    import os
+
+    from symfield.core.files import replacing
+    if not isinstance(path, (str, os.PathLike)):    # an open file object: the caller owns it
+        fig.savefig(path, bbox_inches="tight")
+        return
+    with replacing(path) as tmp:
+        fig.savefig(tmp, bbox_inches="tight")
+
+
 def _finish(fig, path):
     if path is not None:
-        fig.savefig(path, bbox_inches="tight")
+        _save(fig, path)
         _pyplot().close(fig)
     return fig
 

@@ -34,14 +34,22 @@ def _panels(mean, s, kinks, L):
 
 def mp_expect1(f, q, kinks=(), dps=20, method="gauss-legendre"):
     """E[f(x)], x ~ N(0, q) = int f(x) exp(-x^2/(2q)) dx / sqrt(2 pi q), by ``mpmath.quad(method=...)``
-    on panels of one sd over +-L sd (L: the Gaussian tail is below 10^-(dps+5)), split at the kinks."""
+    on panels of one sd over +-L sd, split at the kinks. L starts where the Gaussian tail is below
+    10^-(dps+5) and grows (to 64 sd) while the integrand at +-L is not negligible against the value:
+    a fast-growing f (x^128) puts its mass far out in the tail."""
     with mpmath.workdps(dps):
         q = mpmath.mpf(q)
         s = mpmath.sqrt(q)
         L = math.sqrt(2 * (dps + 5) * math.log(10))
-        pts = _panels(mpmath.mpf(0), s, kinks, L)
-        val = mpmath.quad(lambda t: f(t) * mpmath.exp(-t * t / (2 * q)), pts, method=method)
-        return val / mpmath.sqrt(2 * mpmath.pi * q)
+
+        def weight(t):
+            return f(t) * mpmath.exp(-t * t / (2 * q))
+        while True:
+            val = mpmath.quad(weight, _panels(mpmath.mpf(0), s, kinks, L), method=method)
+            edge = max(abs(weight(L * s)), abs(weight(-L * s))) * s * L
+            if L >= 64 or edge <= mpmath.mpf(10) ** -(dps + 5) * abs(val):
+                return val / mpmath.sqrt(2 * mpmath.pi * q)
+            L = min(2 * L, 64)
 
 
 # ---------------------------------------------------------------- 2-D: nested composite Gauss-Legendre
@@ -63,10 +71,25 @@ def _std_panel(a, nodes):
 
 def _composite(fun, mean, s, kinks, nodes):
     """E[fun(w)], w ~ N(mean, s^2), by composite Gauss-Legendre in standard units t = (w - mean)/s on
-    [-8, 8]: panels of two sd, split at the kinks (weights exp(-t^2/2) cached for unsplit panels)."""
-    cuts = sorted({(k - mean) / s for k in kinks if -8 < (k - mean) / s < 8})
+    panels of two sd, split at the kinks (weights exp(-t^2/2) cached for unsplit panels): over
+    [-8, 8], then outward two sd at a time (to 40 sd) while an outer panel still adds more than
+    10^-(dps+3) of the total."""
+    total = _panel_sum(fun, mean, s, kinks, nodes, range(-8, 8, 2))
+    tol = mpmath.mpf(10) ** -(mpmath.mp.dps + 3)
+    for a in range(8, 40, 2):
+        tail = _panel_sum(fun, mean, s, kinks, nodes, (-a - 2, a))
+        total += tail
+        if abs(tail) <= tol * abs(total):
+            break
+    return total / mpmath.sqrt(2 * mpmath.pi)
+
+
+def _panel_sum(fun, mean, s, kinks, nodes, starts):
+    """Sum over the two-sd panels [a, a + 2] (a in ``starts``) of the Gauss-Legendre rule for
+    exp(-t^2/2) fun(mean + s t), split at the kinks."""
+    cuts = sorted((k - mean) / s for k in kinks)
     total = mpmath.mpf(0)
-    for a in range(-8, 8, 2):
+    for a in starts:
         inside = [t for t in cuts if a < t < a + 2]
         if not inside:
             for t, w in _std_panel(a, nodes):
@@ -78,12 +101,12 @@ def _composite(fun, mean, s, kinks, nodes):
             for t0, w0 in nodes:
                 t = h * t0 + m
                 total += h * w0 * mpmath.exp(-t * t / 2) * fun(mean + s * t)
-    return total / mpmath.sqrt(2 * mpmath.pi)
+    return total
 
 
 def mp_expect2(f, g, q1, q2, q12, kinks=(), dps=15, degree=3):
     """E[f(u) g(v)] in mpmath by a nested composite Gauss-Legendre rule (12 nodes per two-sd panel,
-    +-8 sd, panels split at the kinks): u ~ N(0, q1) outside, v | u ~ N(q12 u/q1, (q1 q2 - q12^2)/q1)
+    +-8 sd or further out while the tail adds, panels split at the kinks): u ~ N(0, q1) outside, v | u ~ N(q12 u/q1, (q1 q2 - q12^2)/q1)
     inside. A degenerate pair (q12^2 = q1 q2: v = q12 u/q1) is the 1-D E[f(u) g(q12 u/q1)]."""
     with mpmath.workdps(dps):
         q1, q2, q12 = mpmath.mpf(q1), mpmath.mpf(q2), mpmath.mpf(q12)

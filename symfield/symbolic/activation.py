@@ -204,6 +204,53 @@ def _formula(text) -> sp.Expr:
 
 
 _PROBES = (-3.7, -1.3, -0.1, 0.0, 0.1, 1.3, 3.7, -30.0, 30.0)
+PROBE_DPS = 30          # mpmath precision of every numeric probe of phi
+PROBE_SECONDS = 30.0    # time budget of the probes of one formula (timelimit.STEP_MEMORY of memory)
+CHECK_SECONDS = 60.0    # time budget of the singularity check of one formula
+EXP_ARG_LIMIT = 10**5   # in probes, exp/sinh/cosh/powers beyond e^(1e5) count as overflow, not computed
+TRIG_ARG_LIMIT = mpmath.mpf("1e4000")  # in probes, sin/cos/tan of a larger argument are not reduced (overflow)
+_bpow = sp.Function("bounded_pow")
+
+
+class _TooLarge(OverflowError):
+    """A probe value past EXP_ARG_LIMIT / TRIG_ARG_LIMIT: refused rather than computed."""
+
+
+def _exp_guard(fn, name, one_sided):
+    def guarded(a):
+        r = mpmath.re(a)
+        if r > EXP_ARG_LIMIT or (not one_sided and r < -EXP_ARG_LIMIT):
+            raise _TooLarge(f"{name} of an argument beyond {EXP_ARG_LIMIT:g}")
+        return mpmath.mpf(0) if one_sided and r < -EXP_ARG_LIMIT else fn(a)
+    return guarded
+
+
+def _trig_guard(fn, name):
+    def guarded(a):
+        if abs(a) > TRIG_ARG_LIMIT:
+            raise _TooLarge(f"{name} of an argument beyond {TRIG_ARG_LIMIT:g}")
+        return fn(a)
+    return guarded
+
+
+def _power(b, e):
+    if b != 0 and abs(mpmath.re(e) * mpmath.log(abs(b))) > EXP_ARG_LIMIT:
+        raise _TooLarge(f"a power beyond e^{EXP_ARG_LIMIT:g}")
+    return mpmath.power(b, e)
+
+
+_GUARDED = {"exp": _exp_guard(mpmath.exp, "exp", True), "sinh": _exp_guard(mpmath.sinh, "sinh", False),
+            "cosh": _exp_guard(mpmath.cosh, "cosh", False), "sin": _trig_guard(mpmath.sin, "sin"),
+            "cos": _trig_guard(mpmath.cos, "cos"), "tan": _trig_guard(mpmath.tan, "tan"), "bounded_pow": _power}
+
+
+def mp_function(expr):
+    """expr as an mpmath function of x whose exp-like growth and trig reductions are bounded:
+    past EXP_ARG_LIMIT / TRIG_ARG_LIMIT it raises OverflowError instead of computing (or exhausting
+    memory on) a number with an astronomically large exponent. Evaluate it under mpmath.workdps."""
+    safe = expr.replace(lambda n: isinstance(n, sp.Pow) and not (n.exp.is_Integer and abs(n.exp) <= 64),
+                        lambda n: _bpow(n.base, n.exp))
+    return sp.lambdify(x, safe, modules=[_GUARDED, "mpmath"])
 
 
 def check_gaussian_moments(expr, text=None):
@@ -216,12 +263,20 @@ def check_gaussian_moments(expr, text=None):
     text = text or str(expr)
     if expr.has(sp.zoo, sp.oo, sp.nan):
         raise FormulaError(f"The formula {text!r} is not finite on the real line (SymPy reads it as {expr}).")
-    check_singularities(expr, text)
-    fn = sp.lambdify(x, expr, modules="mpmath")
-    with mpmath.workdps(30):
+    timelimit.bounded("the singularity check", text, check_singularities, expr, text, seconds=CHECK_SECONDS)
+    return timelimit.bounded("the probes", text, _probe, expr, text, seconds=PROBE_SECONDS)
+
+
+def _probe(expr, text):
+    """Values of phi at _PROBES, growth of phi and phi' at |x| = 300, 3000 (bounded: :func:`mp_function`)."""
+    fn = mp_function(expr)
+    with mpmath.workdps(PROBE_DPS):
         for p in _PROBES:
             try:
                 val = mpmath.mpmathify(fn(mpmath.mpf(p)))
+            except _TooLarge as err:
+                raise FormulaError(f"The formula {text!r} is refused rather than probed at x = {p:g}: it takes {err} "
+                                   f"there (symfield needs log|phi(x)| = o(x^2)).") from None
             except (ZeroDivisionError, ValueError, OverflowError, TypeError):
                 val = mpmath.nan
             if isinstance(val, mpmath.mpc) and abs(val.imag) > 1e-25 * max(1, abs(val.real)):
@@ -232,7 +287,7 @@ def check_gaussian_moments(expr, text=None):
         for f, what in ((expr, "phi"), (_derivative(expr), "phi'")):
             # |sin|, |cos| <= 1: bounding them keeps mpmath away from reducing huge arguments mod 2 pi
             f = f.replace(sp.sin, lambda a: sp.Integer(1)).replace(sp.cos, lambda a: sp.Integer(1))
-            fn = sp.lambdify(x, f, modules="mpmath")
+            fn = mp_function(f)
             rates = []
             for r in (300, 3000):
                 logs = []
@@ -429,8 +484,8 @@ def _numpy_fn(base):
 
 def _negative_at(base, cands):
     """A point where base < 0: first among cands (mpmath), else on the scan grid; None if none found."""
-    fm = sp.lambdify(x, base, modules="mpmath")
-    with mpmath.workdps(30):
+    fm = mp_function(base)
+    with mpmath.workdps(PROBE_DPS):
         for p in cands:
             try:
                 v = mpmath.mpmathify(fm(mpmath.mpf(p)))
@@ -482,14 +537,14 @@ def _numeric_zero(base):
 def is_monotone(expr) -> bool:
     """Non-decreasing on the real line (checked symbolically where possible, else on a fine grid)."""
     d = sp.diff(expr, x).replace(sp.DiracDelta, lambda *a: sp.S.Zero)  # a jump is checked on phi's values
-    fn, f = sp.lambdify(x, d, modules="mpmath"), sp.lambdify(x, expr, modules="mpmath")
+    fn, f = mp_function(d), mp_function(expr)
     grid = [mpmath.mpf(i) / 50 for i in range(-2000, 2001)]
     try:
         values = [mpmath.re(mpmath.mpmathify(f(g))) for g in grid]
         if any(b < a - 1e-12 * (1 + abs(a)) for a, b in zip(values, values[1:])):
             return False
         return all(mpmath.re(mpmath.mpmathify(fn(g))) >= -1e-12 for g in grid if g != 0)
-    except (TypeError, ValueError, ZeroDivisionError):
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError):
         return False
 
 

@@ -37,6 +37,7 @@ import mpmath
 import sympy as sp
 from sympy.codegen.cfunctions import expm1
 
+from symfield.core import timelimit
 from symfield.symbolic import gaussian as G
 from symfield.symbolic.gaussian import homogeneous
 from symfield.symbolic.kernel_type import Kernel
@@ -45,6 +46,7 @@ q, q1, q2, q12 = G.q, G.q1, G.q2, G.q12
 d = sp.Symbol("d", nonnegative=True)
 CHECK_RATIOS = (1e-3, 1e-9, 1e-30, 1e-200)   # d/q where a derived form is checked
 CHECK_QS = (0.37, 2.9)
+RULE_SECONDS = 120.0                         # budget of one rule, and of its check (else: plain difference)
 CHECK_TOL = 1e-13                            # relative, float64 form against 300-digit plain difference
 
 
@@ -125,11 +127,13 @@ def distance(K: Kernel) -> Distance:
     if not K.closed_form:
         return Distance(None, None, far, "no closed form (numeric rule)", False)
     for method, rule in _RULES:
-        try:
-            forms = rule(K)
+        try:   # past its budget (TooExpensive, a ValueError) a rule counts as not applying: plain difference
+            forms = timelimit.bounded(f"the distance rule {method}", K.act.name, rule, K, seconds=RULE_SECONDS)
+            ok = forms is not None and timelimit.bounded(f"the check of the distance rule {method}", K.act.name,
+                                                         _checked, K, forms[0], seconds=RULE_SECONDS)
         except (ValueError, TypeError, NotImplementedError, ZeroDivisionError):
-            forms = None
-        if forms is not None and _checked(K, forms[0]):
+            ok = False
+        if ok:
             near = forms[1] if forms[1] is not None else plain(K, "near")
             return Distance(forms[0], near, far, method, True)
     return plain_distance(K.V, K.C)

@@ -6,18 +6,30 @@ and the tree is walked with an allow-list: numbers, ``x``, ``pi``, ``e``,
 (attributes, subscripts, comparisons, lambdas, keyword arguments, strings, other
 names, ...) is refused. The SymPy expression is built node by node, never by
 ``eval`` or ``sympify`` of the raw text.
+
+Before SymPy touches the tree it is bounded (:func:`_bound`): size (MAX_LENGTH, MAX_NODES), nesting
+depth (MAX_DEPTH), every constant subtree evaluated in mpmath at 64 bits and refused unless 0 or
+between 1e-300 and 1e300 in magnitude (so no huge integer power or exp tower is ever built), exponents
+of at most MAX_EXPONENT with denominators of at most MAX_DENOMINATOR, the polynomial degree in x of
+every algebraic subtree at most MAX_EXPONENT, and at most MAX_EXP_NESTING nested exp/sinh/cosh/variable
+powers of x. After SymPy combines powers the exponents of x are checked again.
 """
 from __future__ import annotations
 
 import ast
 
+import mpmath
 import sympy as sp
 
 X = sp.Symbol("x", real=True)
 
 MAX_LENGTH = 2000
 MAX_NODES = 400
-MAX_EXPONENT = 64
+MAX_EXPONENT = 64          # |exponent| of a power, and the polynomial degree in x of any subtree
+MAX_DEPTH = 40             # nesting depth of the syntax tree
+MAX_DENOMINATOR = 10**4    # q of a fractional exponent p/q (x**0.37 is 37/100)
+MAX_EXP_NESTING = 2        # exp(exp(x)) is allowed (and then refused if its moments diverge), exp(exp(exp(x))) not
+MAX_LOG10 = 300            # constants are 0 or 1e-300 <= |c| <= 1e300
 
 
 def _relu(a):
@@ -59,9 +71,133 @@ def parse(text: str) -> sp.Expr:
         tree = ast.parse(source, mode="eval")
     except SyntaxError as err:
         _refuse(text, f"not a formula ({err.msg})")
+    except (ValueError, RecursionError, MemoryError) as err:   # null bytes, a parser stack overflow
+        _refuse(text, f"not a formula ({type(err).__name__})")
     if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
         _refuse(text, f"more than {MAX_NODES} syntax nodes")
-    return _build(tree.body, text)
+    if _depth(tree.body) > MAX_DEPTH:
+        _refuse(text, f"nested more than {MAX_DEPTH} levels deep")
+    with mpmath.workprec(64):
+        _bound(tree.body, text)
+    expr = _build(tree.body, text)
+    for node in sp.preorder_traversal(expr):
+        if isinstance(node, sp.Pow) and node.base.has(X) and node.exp.is_number \
+                and abs(node.exp) > MAX_EXPONENT:
+            _refuse(text, f"SymPy combines its powers into {node}, an exponent larger than {MAX_EXPONENT}")
+    return expr
+
+
+def _depth(root):
+    """Nesting depth of a syntax tree (iterative: no recursion limit)."""
+    best, stack = 0, [(root, 1)]
+    while stack:
+        node, d = stack.pop()
+        best = max(best, d)
+        stack.extend((c, d + 1) for c in ast.iter_child_nodes(node))
+    return best
+
+
+_MP = {"exp": mpmath.exp, "log": mpmath.log, "sqrt": mpmath.sqrt, "sin": mpmath.sin, "cos": mpmath.cos,
+       "tan": mpmath.tan, "atan": mpmath.atan, "arctan": mpmath.atan, "sinh": mpmath.sinh, "cosh": mpmath.cosh,
+       "tanh": mpmath.tanh, "asinh": mpmath.asinh, "arcsinh": mpmath.asinh, "erf": mpmath.erf,
+       "erfc": mpmath.erfc, "abs": abs, "sign": mpmath.sign, "max": max, "min": min,
+       "relu": lambda a: max(a, 0), "heaviside": lambda a: mpmath.mpf(a > 0) + (a == 0) / mpmath.mpf(2),
+       "sigmoid": lambda a: 1 / (1 + mpmath.exp(-a)), "softplus": lambda a: mpmath.log(1 + mpmath.exp(a)),
+       "sech": mpmath.sech}
+_MP["step"] = _MP["heaviside"]
+_GROWING = ("exp", "sinh", "cosh")
+_PASS_DEGREE = ("abs", "max", "min", "relu")   # |x**3| has degree 3; other functions of x count as degree 1
+
+
+def _checked(text, value, what):
+    """value (an mpmath number) if real and 0 or within 10**(+-MAX_LOG10), else a refusal."""
+    if isinstance(value, mpmath.mpc):
+        if value.imag != 0:
+            _refuse(text, f"the constant {what} is not real")
+        value = value.real
+    if not mpmath.isfinite(value):
+        _refuse(text, f"the constant {what} is not finite")
+    if value != 0 and not -MAX_LOG10 - 1e-9 <= mpmath.log10(abs(value)) <= MAX_LOG10 + 1e-9:   # 1e300 rounds up
+        _refuse(text, f"the constant {what} = {mpmath.nstr(value, 3)} is outside the allowed magnitudes "
+                      f"0 or 1e-{MAX_LOG10} to 1e{MAX_LOG10}")
+    return value
+
+
+def _bound(node, text):
+    """(value, degree, nesting) of a syntax subtree: its mpmath value when constant (else None), a bound
+    on its polynomial degree in x, and the depth of exp-like functions of x in it; refuses what is outside
+    the limits of the module docstring before anything is computed at full size."""
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+            _refuse(text, f"the constant {node.value!r} is not a real number")
+        if isinstance(node.value, int) and abs(node.value) > 10**30:
+            _refuse(text, "an integer constant larger than 1e30")
+        return _checked(text, mpmath.mpf(node.value), repr(node.value)), 0, 0
+    if isinstance(node, ast.Name):
+        consts = {"pi": mpmath.pi, "e": mpmath.e, "E": mpmath.e}
+        return (+consts[node.id], 0, 0) if node.id in consts else (None, 1, 0)
+    if isinstance(node, ast.UnaryOp):
+        value, degree, nest = _bound(node.operand, text)
+        negate = isinstance(node.op, ast.USub) and value is not None
+        return (-value if negate else value), degree, nest
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow)):
+        return _bound_binop(node, text, _bound(node.left, text), _bound(node.right, text))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _MP \
+            and not node.keywords:
+        args = [_bound(a, text) for a in node.args]
+        name = node.func.id
+        if all(v is not None for v, _, _ in args):
+            try:
+                value = _MP[name](*[v for v, _, _ in args])
+            except (TypeError, ValueError, ZeroDivisionError):
+                return None, 0, 0   # arity errors and the like are reported by _build
+            return _checked(text, value, ast.unparse(node)), 0, 0
+        nest = max(n for _, _, n in args) + (name in _GROWING)
+        if nest > MAX_EXP_NESTING:
+            _refuse(text, f"more than {MAX_EXP_NESTING} nested exp/sinh/cosh of x (they overflow every "
+                          "Gaussian moment and every evaluation)")
+        return None, (max(d for _, d, _ in args) if name in _PASS_DEGREE else 1), nest
+    return None, 0, 0   # refused by _build with the precise reason
+
+
+def _bound_binop(node, text, left, right):
+    (lv, ld, ln), (rv, rd, rn) = left, right
+    what = ast.unparse(node)
+    nest = max(ln, rn)
+    if isinstance(node.op, ast.Pow):
+        if rv is not None and abs(rv) > MAX_EXPONENT:
+            _refuse(text, f"an exponent larger than {MAX_EXPONENT} in absolute value")
+        if rv is not None and rv != int(rv):
+            frac = _build(node.right, text)   # safe: a bounded constant
+            if frac.is_Rational and frac.q > MAX_DENOMINATOR:
+                _refuse(text, f"the exponent {ast.unparse(node.right)} is not a fraction p/q with "
+                              f"q <= {MAX_DENOMINATOR}")
+        if lv is not None and rv is not None:
+            if lv == 0:
+                if rv < 0:
+                    _refuse(text, "division by zero")
+                return mpmath.mpf(rv == 0), 0, 0
+            if abs(rv * mpmath.log10(abs(lv))) > MAX_LOG10 + 1:
+                _refuse(text, f"the constant {what} is outside the allowed magnitudes 0 or 1e-{MAX_LOG10} "
+                              f"to 1e{MAX_LOG10}")
+            return _checked(text, mpmath.power(lv, rv), what), 0, 0
+        if rv is None:   # a power of x in the exponent grows like exp
+            nest = max(ln, rn) + 1
+            if nest > MAX_EXP_NESTING:
+                _refuse(text, f"more than {MAX_EXP_NESTING} nested exp/sinh/cosh/powers of x")
+            return None, 1, nest
+        degree = ld * int(mpmath.ceil(abs(rv)))
+    elif lv is not None and rv is not None:
+        if isinstance(node.op, ast.Div) and rv == 0:
+            _refuse(text, "division by zero")
+        op = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+              ast.Div: lambda a, b: a / b}[type(node.op)]
+        return _checked(text, op(lv, rv), what), 0, 0
+    else:
+        degree = max(ld, rd) if isinstance(node.op, (ast.Add, ast.Sub)) else ld + rd
+    if degree > MAX_EXPONENT:
+        _refuse(text, f"a polynomial degree in x above {MAX_EXPONENT} ({what})")
+    return None, degree, nest
 
 
 def _build(node, text):

@@ -25,6 +25,7 @@ Methods, tried in this order (the name of the one that succeeded is returned):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import comb, factorial
 
 import sympy as sp
 
@@ -165,13 +166,42 @@ def _basis(f):
     return out
 
 
+def _centred_moment2(i, j):
+    """E[u^i v^j] for centred (u, v) with variances q1, q2 and covariance q12 (Isserlis).
+
+    Sum over k cross pairings: C(i,k) C(j,k) k! (i-k-1)!! (j-k-1)!! q1^((i-k)/2) q2^((j-k)/2) q12^k."""
+    if (i + j) % 2:
+        return sp.Integer(0)
+    return sp.Add(*[comb(i, k) * comb(j, k) * factorial(k) * _dfact(i - k - 1) * _dfact(j - k - 1)
+                    * q1 ** ((i - k) // 2) * q2 ** ((j - k) // 2) * q12 ** k
+                    for k in range(i % 2, min(i, j) + 1, 2)])
+
+
+def _dfact(n):
+    """n!! with (-1)!! = 1."""
+    out = 1
+    while n > 1:
+        out, n = out * n, n - 2
+    return out
+
+
 def _mgf2(m, alpha, n, beta):
-    M = sp.exp((_s**2 * q1 + 2 * _s * _r * q12 + _r**2 * q2) / 2)
-    return sp.diff(M, _s, m, _r, n).subs({_s: alpha, _r: beta})
+    """E[u^m v^n exp(alpha u + beta v)] by Gaussian tilting: the exponential shifts the means to
+    mu1 = alpha q1 + beta q12, mu2 = alpha q12 + beta q2 and multiplies by exp(var/2) of the exponent."""
+    tilt = sp.exp((alpha**2 * q1 + 2 * alpha * beta * q12 + beta**2 * q2) / 2)
+    if alpha == 0 and beta == 0:
+        return _centred_moment2(m, n)
+    mu1, mu2 = alpha * q1 + beta * q12, alpha * q12 + beta * q2
+    poly = sp.Add(*[comb(m, i) * comb(n, j) * mu1 ** (m - i) * mu2 ** (n - j) * _centred_moment2(i, j)
+                    for i in range(m + 1) for j in range(n + 1) if (i + j) % 2 == 0])
+    return tilt * sp.expand(poly)
 
 
 def _mgf1(m, alpha):
-    return sp.diff(sp.exp(_s**2 * q / 2), _s, m).subs(_s, alpha)
+    """E[u^m exp(alpha u)], u ~ N(0, q): exp(alpha^2 q/2) E[(u + alpha q)^m]."""
+    poly = sp.Add(*[comb(m, i) * (alpha * q) ** (m - i) * _dfact(i - 1) * q ** (i // 2)
+                    for i in range(0, m + 1, 2)])
+    return sp.exp(alpha**2 * q / 2) * sp.expand(poly)
 
 
 def _pair_table(bf, bg):
@@ -336,8 +366,8 @@ def _integrable_class(expr):
 
 
 def _integrate1(f, g):
-    """sympy.integrate of E[f g] within INTEGRATE_SECONDS; None when it fails, runs out of time, or no
-    time limit can be set here (off the main thread: skipped rather than run unbounded)."""
+    """sympy.integrate of E[f g] within INTEGRATE_SECONDS (a watchdog budget: any thread); None when it
+    fails or runs out of time."""
     if not timelimit.available() or INTEGRATE_SECONDS <= 0:
         return None
     if not _integrable_class(f * g):

@@ -18,6 +18,7 @@ from functools import lru_cache
 
 import sympy as sp
 
+from symfield.core import timelimit
 from symfield.symbolic import gaussian as G
 from symfield.symbolic.activation import Activation, activation, kinks
 from symfield.symbolic.formula import X as x
@@ -27,11 +28,29 @@ from symfield.symbolic.pool import max_kernel
 q, q1, q2, q12 = G.q, G.q1, G.q2, G.q12
 
 
+KERNEL_SECONDS = 300.0  # time budget of all maps of one activation (and timelimit.STEP_MEMORY of memory)
+STEP_SECONDS = 120.0    # time budget of one step (an expectation, a simplification)
+
+
 def kernel(act) -> Kernel:
-    """Symbolic kernel maps of ``act`` (cached)."""
+    """Symbolic kernel maps of ``act`` (cached); TooExpensive (a ValueError) past the budgets."""
     if not isinstance(act, Activation):
         act = activation(act)
-    return _kernel(act)
+    found = _DONE.get(act)
+    if found is None:   # the budget's watchdog thread only for a derivation, not for a cache hit
+        found = timelimit.bounded("the kernel maps", act.name, _kernel, act, seconds=KERNEL_SECONDS)
+        if len(_DONE) >= 256:
+            _DONE.clear()
+        _DONE[act] = found
+    return found
+
+
+_DONE = {}
+
+
+def _step(what, name, fn, *args):
+    """One symbolic step under its STEP_SECONDS budget."""
+    return timelimit.bounded(what, name, fn, *args, seconds=STEP_SECONDS)
 
 
 @lru_cache(maxsize=128)
@@ -56,22 +75,28 @@ def _single(phi: sp.Expr, name: str) -> Kernel:
     if d1.has(sp.DiracDelta) and _continuous(phi, d1):   # e.g. x*step(x): x delta(x) = 0
         d1 = _no_dirac(d1)
     d2 = sp.diff(d1, x)
-    V = G.expect1(phi, phi)
-    C = G.expect2(phi, phi)
-    mean = G.expect1(phi)
-    dpsi2 = G.expect1(d1, d1)
-    dC = G.expect2(d1, d1)
+    V = _step("the expectation V", name, G.expect1, phi, phi)
+    C = _step("the expectation C", name, G.expect2, phi, phi)
+    mean = _step("the expectation mean", name, G.expect1, phi)
+    dpsi2 = _step("the expectation dpsi2", name, G.expect1, d1, d1)
+    dC = _step("the expectation dC", name, G.expect2, d1, d1)
     if not dC.closed and C.closed:
-        dC = G.Expectation(sp.simplify(sp.diff(C.value, q12)), f"d/dq12 of C ({C.method})")
+        dC = G.Expectation(_step("the simplification of dC", name, _simple_diff, C.value, q12),
+                           f"d/dq12 of C ({C.method})")
     if V.closed:
-        dV = G.Expectation(sp.simplify(sp.diff(V.value, q)), f"d/dq of V ({V.method})")
+        dV = G.Expectation(_step("the simplification of dV", name, _simple_diff, V.value, q),
+                           f"d/dq of V ({V.method})")
     else:
-        dV = _dV(phi, d1, d2, V.value)
+        dV = _step("the expectation dV", name, _dV, phi, d1, d2, V.value)
     if d1.has(sp.DiracDelta):
         dpsi2, dC = _jump_maps(phi, dC, C)
     exps = dict(V=V, C=C, mean=mean, dpsi2=dpsi2, dC=dC, dV=dV)
     return Kernel(Activation(name, phi), *(exps[n].value for n in MAPS),
                   methods={n: exps[n].method for n in MAPS}, kinks=kinks(phi))
+
+
+def _simple_diff(expr, var):
+    return sp.simplify(sp.diff(expr, var))
 
 
 def _no_dirac(e):

@@ -370,6 +370,7 @@ def eoc_point(K, sigma_b2, dps=None):
     and sigma_w2 = 1/dpsi2(0+) exactly. Positively homogeneous psi: the vertical line
     sigma_w2 = 1/dpsi2 (:func:`_eoc_homogeneous`). ValueError or ArithmeticError where there is no EOC."""
     sb = sigma_b2
+    _refuse_jumps(K)
     if _degree_one(K):
         return _eoc_homogeneous(K, sb, dps)[:2]
     if sb == 0 and _zero_at_zero(K):  # q* = 0 is then a fixed point of the variance map
@@ -381,6 +382,15 @@ def eoc_point(K, sigma_b2, dps=None):
             raise ArithmeticError(f"eoc: h(q) <= 0 at q = {Q_MIN:g}; no bracket for the edge of chaos of {K.act.name}.")
         raise ValueError(f"{K.act.name} has no edge of chaos at sigma_b2 = {N.show(sb)} (q* beyond {Q_MAX:g}).")
     return (float(sw[0]), float(qs[0])) if dps is None else (sw[0], qs[0])
+
+
+def _refuse_jumps(K):
+    """ValueError when E[psi'^2] is infinite (psi jumps: psi' has a Dirac delta), since then
+    chi1 = sigma_w2 E[psi'^2] is infinite for every sigma_w2 > 0 and there is no edge of chaos."""
+    import sympy as sp
+    if K.dpsi2 == sp.oo:
+        raise ValueError(f"{K.act.name} jumps, so E[psi'^2] is infinite: chi1 = sigma_w2 E[psi'^2] is infinite "
+                         f"for every sigma_w2 > 0 (every network with sigma_w2 > 0 is chaotic); there is no edge of chaos.")
 
 
 def _eoc_homogeneous(K, sb, dps):
@@ -490,6 +500,7 @@ def eoc(act, sigma_b2, dps=None) -> EOC:
     dps = check.dps("eoc", dps)
     sb = float(check.real("eoc", "sigma_b2", sigma_b2, lo=0))
     note = ""
+    _refuse_jumps(K)
     if _degree_one(K):             # q_slope = sigma_w2 V'(q) = q_growth, the same at every q
         sw, qs, slope, note = _eoc_homogeneous(K, sb, dps)
     else:
@@ -511,6 +522,7 @@ def eoc_curve(act, sigma_b2, dps=None):
     K = kernel(act)
     dps = check.dps("eoc_curve", dps)
     sb = check.real("eoc_curve", "sigma_b2", sigma_b2, lo=0)
+    _refuse_jumps(K)
     if _degree_one(K):
         sw = _eoc_homogeneous(K, 0.0, dps)[0]
         out = np.empty(sb.shape, dtype=float if dps is None else object)

@@ -43,8 +43,10 @@ class PhaseDiagram:
 
     @property
     def labels(self) -> np.ndarray:
-        """Phase names per grid point."""
-        return np.asarray(PHASES)[self.codes]
+        """Phase names per grid point ("failed" where a sweep tile could not be computed, code -1)."""
+        names = np.asarray(PHASES, dtype=object)[np.maximum(self.codes, 0)]
+        names[self.codes < 0] = "failed"
+        return names.astype(str)
 
     def counts(self) -> dict:
         """Number of grid points per phase."""

@@ -21,6 +21,7 @@ One recursion (``codegen.STEP_SOURCE``, grid kernel ``codegen.GRID_SOURCE``), th
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import ClassVar
 from functools import cached_property
@@ -258,11 +259,50 @@ def _run_numba(module, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residua
     """One pass of the compiled kernel from layer 1 at every point (closed forms never leave the domain)."""
     n = sw.size
     out, status, last = _outputs(store.size, n, general, depth)
-    state = [np.ones(n, dtype=np.int64), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)]
-    module.recurse(sw, sb, float(qa0), float(qb0), float(qab0), float(d0), int(depth), store, float(alpha2),
-                   bool(residual), bool(general), codegen.no_data() if M is None else M,
-                   *state, *out, status, last)
+    start, st = np.ones(n, dtype=np.int64), [np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)]
+    _recurse(module.recurse, (sw, sb, float(qa0), float(qb0), float(qab0), float(d0)), int(depth), store,
+             (float(alpha2), bool(residual), bool(general), codegen.no_data() if M is None else M),
+             start, st, out, status, last)
     return out, status, last
+
+
+# Compiled code does not see Ctrl-C: the recursion runs in chunks of layers, each one compiled call of
+# about CHUNK_SECONDS, and a KeyboardInterrupt surfaces between them. The first chunk does CHUNK_WORK
+# point-layers; later chunks are sized from the measured time per layer of the previous one.
+CHUNK_SECONDS = 0.2
+CHUNK_WORK = 2e6
+
+
+def _recurse(recurse, inputs, depth, store, opts, start, st, out, status, last):
+    """``recurse`` (codegen.GRID_SOURCE) over layers min(start[start > 0])..depth in chunks of layers.
+
+    ``inputs`` = (sw, sb, qa0, qb0, qab0, d0), ``opts`` = (alpha2, residual, general, M). start, st, out,
+    status and last end as after one call with stop = depth (bit-identical: the state between chunks is
+    the kernel's own continuation, start/st_* of status 5)."""
+    run = start > 0
+    if not run.any():
+        return
+    lo = int(start[run].min())
+    cs = np.where(run, start, 0)
+    chunk = max(1, int(CHUNK_WORK / np.count_nonzero(run)))
+    while True:
+        stop = min(depth, lo + chunk - 1)
+        t0 = time.perf_counter()
+        recurse(*inputs, depth, stop, store, *opts, cs, *st, *out, status, last)
+        per_layer = (time.perf_counter() - t0) / (stop - lo + 1)
+        act = cs > 0
+        start[act] = cs[act]
+        paused = act & (status == 5)
+        if stop >= depth or not paused.any():
+            return
+        cs = np.where(paused, cs, 0)
+        lo = stop + 1
+        chunk = _next_chunk(chunk, per_layer)
+
+
+def _next_chunk(chunk, per_layer):
+    """Layers in the next chunk: about CHUNK_SECONDS at the last chunk's seconds per layer (growing at most 8x)."""
+    return max(1, min(8 * chunk, int(CHUNK_SECONDS / max(per_layer, 1e-9))))
 
 
 def _outputs(nstore, n, general, depth, alloc=np.empty):
@@ -290,8 +330,8 @@ def _run_table(K, T, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual,
     quad = np.zeros(n, dtype=bool)
     while True:
         s = np.where(run, start, 0)
-        mod.recurse(sw, sb, float(qa0), float(qb0), float(qab0), float(d0), int(depth), store, float(alpha2),
-                    bool(residual), bool(general), T.arrays(), s, *st, *out, status, last)
+        _recurse(mod.recurse, (sw, sb, float(qa0), float(qb0), float(qab0), float(d0)), int(depth), store,
+                 (float(alpha2), bool(residual), bool(general), T.arrays()), s, st, out, status, last)
         start[run] = s[run]
         need = np.flatnonzero(run & (status == 4))
         if need.size == 0:

@@ -1,4 +1,5 @@
-"""``symfield bench``: its arguments and the command (the benchmark itself is symfield.reports.bench)."""
+"""``symfield bench``: its arguments and the command (the benchmark itself is symfield.reports.bench;
+``--suite cold``, issue 16's cold-start table, is symfield.reports.bench_cold)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +8,8 @@ import json
 def add_parser(sub):
     """The ``symfield bench`` sub-command, registered on the sub-parsers ``sub``."""
     p = sub.add_parser("bench", help="time propagate against NumPy Gauss-Hermite, SciPy quad and a Numba floor",
-                       epilog="example: symfield bench tanh --grid 256x256 --depth 100   (--quick: seconds)")
+                       epilog="examples: symfield bench tanh --grid 256x256 --depth 100   (--quick: seconds);   "
+                              "symfield bench --suite cold --rows gelu-phase --warm --json cold.json")
     p.add_argument("activation", nargs="?", default="tanh", help="activation (default tanh)")
     p.add_argument("--pool", choices=["max", "avg"], help="multi-node activation: pool phi over k nodes")
     p.add_argument("--k", type=int, default=2, help="nodes per pool (default 2)")
@@ -23,7 +25,15 @@ def add_parser(sub):
     p.add_argument("--n-traj", type=int, default=4, help="whole trajectories compared with the quadrature path")
     p.add_argument("--quick", action="store_true", help="small sizes: 32x32 grid, depth 20, 4x4 GH sub-grid, "
                                                          "2 SciPy samples, 3 mpmath checks at dps 15, 2 trajectories")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", nargs="?", const="-", metavar="PATH",
+                   help="machine-readable output: on standard output, or written to PATH")
+    cold = p.add_argument_group("cold suite (issue 16's targets, each row in a new process with an empty cache)")
+    cold.add_argument("--suite", choices=["cold"], help="run a benchmark suite instead of the propagate comparison")
+    cold.add_argument("--rows", metavar="NAMES", help="comma-separated rows of the suite (default: all; "
+                                                       "--rows list prints them)")
+    cold.add_argument("--timeout", type=float, metavar="S", help="time limit per row run in seconds "
+                                                                 "(default 3x its target, at least 60)")
+    cold.add_argument("--warm", action="store_true", help="run each row again in a new process on the cache it filled")
     return p
 
 
@@ -47,8 +57,15 @@ def _interval(text, name):
 
 def cli(args):
     """``symfield bench``: run the benchmark, print its report (or --json)."""
+    if args.suite == "cold":
+        return _cold(args)
+    for opt, val in (("rows", args.rows), ("timeout", args.timeout), ("warm", args.warm or None)):
+        if val is not None:
+            raise ValueError(f"The '--{opt}' option of bench is allowed only with '--suite cold'. Got {val!r} without it instead.")
     from symfield.reports.bench import bench
-    from symfield.symbolic.activation import activation
+    from symfield.symbolic.activation import activation, activations
+    if args.json not in (None, "-") and args.json in activations() and args.activation == "tanh":
+        args.activation, args.json = args.json, "-"      # `bench --json erf`: the old flag before the activation
     act = activation(args.activation, pool=args.pool, k=args.k) if args.pool else activation(args.activation)
     kw = dict(grid=_dims(args.grid, "grid"), depth=args.depth, repeat=args.repeat, gh_grid=_dims(args.gh_grid, "gh-grid"),
               scipy_samples=args.scipy_samples, n_check=args.n_check, check_dps=args.dps, n_traj=args.n_traj,
@@ -57,9 +74,35 @@ def cli(args):
         kw.update(grid=(32, 32), depth=20, gh_grid=(4, 4), scipy_samples=2, n_check=3, check_dps=15, repeat=2, n_traj=2)
     res = bench(act, **kw)
     if args.json:
-        print(json.dumps(dict(act=res.act, grid=res.grid, depth=res.depth, method=res.method, times=res.times,
-                              ratios=res.ratios(), notes=res.notes, accuracy=res.accuracy, setup=res.setup),
-                         indent=2, default=str))
+        text = json.dumps(dict(act=res.act, grid=res.grid, depth=res.depth, method=res.method, times=res.times,
+                               ratios=res.ratios(), notes=res.notes, accuracy=res.accuracy, setup=res.setup),
+                          indent=2, default=str)
+        if args.json == "-":
+            print(text)
+        else:
+            from symfield.core.files import atomic_write
+            atomic_write(args.json, text + "\n")
+            print(res.report())
     else:
         print(res.report())
+    return 0
+
+
+def _cold(args):
+    """``symfield bench --suite cold``: the table on stdout (JSON with --json), --json PATH also writes it."""
+    from symfield.reports import bench_cold as bc
+    if args.rows == "list":
+        for r in bc.ROWS:
+            print(f"{r.name:24s} target {r.target:g} s ({r.metric})  {r.case}")
+        return 0
+    rows = bc.select(args.rows)
+    if args.timeout is not None and not args.timeout > 0:
+        raise ValueError(f"The '--timeout' option of bench must be > 0 seconds. Got {args.timeout!r} instead.")
+    results = bc.run(rows, timeout=args.timeout, warm=args.warm)
+    if args.json == "-":
+        print(json.dumps(bc.jsonable(bc.to_dict(results)), indent=2))
+    else:
+        if args.json:
+            bc.write_json(results, args.json)
+        print(bc.table(results))
     return 0

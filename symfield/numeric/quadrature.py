@@ -32,7 +32,9 @@ expect2(tanh, tanh, 1e3, 1e3, 500) takes ~0.2 s (5e6 nodes).
 
 mpmath (dps=N, under workdps(N + 10)): L = sqrt(2 (N+6) ln 10) + 1, gw = h = p, n = 3*2^(d-1) nodes
 (mpmath's GaussLegendre degree d); d, p such that tanh (poles at +-i pi/2) would get N + 4 digits
-with p <= 4 (N=15: d=4, p=3.0; N=30: d=5, p=3.5; N=50: d=5, p=1.9).  Error control: the same
+with p <= 4 (N=15: d=4, p=3.0; N=30: d=5, p=3.5; N=50: d=5, p=1.9).  Where the activation grid is
+added (s > 1) it replaces the Gaussian grid over the z-range it covers (_cover: both grids at once
+would double the panels per dimension).  Error control: the same
 panels at degrees d-2, d-1, d; estimate 10^max(D1^2/D2, 2 D1) (D1, D2: log10 of the scaled
 differences of the last value to the others, as in mpmath.quad); accepted if <= 10^-N S with
 S = max(|value|, min(1, E|integrand|)) (relative; absolute near 0); else p is halved (twice at
@@ -90,11 +92,21 @@ def _act_points(mean, s, P, kinks):
     return pts
 
 
-def _zbreaks(mean, s, P, pts, tol):
-    """Sorted z-breakpoints on [-L, L]: Gaussian grid, x-points inside, ends (closer than tol merged)."""
+def _cover(mean, s, P):
+    """The z-interval where the activation grid of _act_points lies (it is finer than the Gaussian
+    grid there), else None: mpmath rules drop the Gaussian grid inside it (no doubled panels)."""
+    L, gw, h = P[:3]
+    if gw * s <= h:
+        return None
+    return (max(mean - L * s, -R) - mean) / s, (min(mean + L * s, R) - mean) / s
+
+
+def _zbreaks(mean, s, P, pts, tol, cover=None):
+    """Sorted z-breakpoints on [-L, L]: Gaussian grid (outside `cover`), x-points inside, ends (closer
+    than tol merged)."""
     L, gw = P[0], P[1]
     J = int(L / gw - 0.5)  # no end panel narrower than gw/2
-    zs = {j * gw for j in range(-J, J + 1)} | {-L, L}
+    zs = {j * gw for j in range(-J, J + 1) if cover is None or not cover[0] < j * gw < cover[1]} | {-L, L}
     zs |= {z for z in ((x - mean) / s for x in pts) if -L < z < L}
     zs = sorted(zs)
     out = [zs[0]]
@@ -259,7 +271,7 @@ def _e1_mp(f, q, mean, kinks, N):
     s, mean, tol = mpmath.sqrt(q), mpmath.mpf(mean), mpmath.mpf(10) ** -(N + GUARD)
 
     def level(P, d, want_abs):
-        zs, ws = _rule_mp(_zbreaks(mean, s, P, _act_points(mean, s, P, kinks), tol), d, s, {})
+        zs, ws = _rule_mp(_zbreaks(mean, s, P, _act_points(mean, s, P, kinks), tol, _cover(mean, s, P)), d, s, {})
         vals = [f(mean + x) for x in zs]
         return mpmath.fdot(ws, vals), (mpmath.fdot(ws, map(abs, vals)) if want_abs else None)
     return controlled(level, N, "expect1")
@@ -270,7 +282,8 @@ def _e2_mp(f, g, q1, q2, q12, kinks, N):
     cp, sc = _cond(q1, q2, q12)
 
     def level(P, d, want_abs):
-        us, wo = _rule_mp(_zbreaks(0 * s1, s1, P, _outer_points(s1, cp, sc, P, kinks), tol), d, s1, {})
+        us, wo = _rule_mp(_zbreaks(0 * s1, s1, P, _outer_points(s1, cp, sc, P, kinks), tol, _cover(0 * s1, s1, P)),
+                          d, s1, {})
         cache = {}  # inner panels shared by the rows (only those cut by kinks/grid points differ)
         tot, A = [], []
         for u in us:
@@ -278,7 +291,8 @@ def _e2_mp(f, g, q1, q2, q12, kinks, N):
             if sc < 1e-300:
                 G = GA = g(mu)
             else:
-                xi, wi = _rule_mp(_zbreaks(mu, sc, P, _act_points(mu, sc, P, kinks), tol), d, sc, cache)
+                xi, wi = _rule_mp(_zbreaks(mu, sc, P, _act_points(mu, sc, P, kinks), tol, _cover(mu, sc, P)),
+                                  d, sc, cache)
                 gv = [g(mu + x) for x in xi]
                 G = mpmath.fdot(wi, gv)
                 GA = mpmath.fdot(wi, map(abs, gv)) if want_abs else 0
@@ -373,6 +387,7 @@ def bvn_cdf(s, t, c):
     c = 1: N(min(s, t)); c = -1: max(0, N(s) + N(t) - 1)."""
     from scipy.special import ndtr, owens_t
     s, t = np.broadcast_arrays(np.asarray(s, float), np.asarray(t, float))
+    s, t = np.clip(s, -40.0, 40.0), np.clip(t, -40.0, 40.0)   # +-inf: N(+-40) is 1 or 0 in float64
     if c >= 1:
         return ndtr(np.minimum(s, t))
     if c <= -1:

@@ -736,6 +736,16 @@ def _neutral_residual(N, q, sb):
     return sw, (sw * N.C(q, 0.5) + sb) / q - 0.5
 
 
+def _no_neutrality(K, N):
+    """True when h of :func:`_neutral_residual` is provably > 0 for every q > sigma_b2 (no line at any
+    sigma_b2): for psi positively homogeneous of degree 1, V = q V(1) and C(q, q, q/2) = q C(1, 1, 1/2),
+    so h(q) = rho - 1/2 + (sigma_b2/q)(1 - rho) with rho = C(1, 1, 1/2)/V(1), which stays > 0 iff rho >= 1/2."""
+    if not _degree_one(K):
+        return False
+    rho = float(N.C(np.array([1.0]), 0.5)[0] / N.V(np.array([1.0]))[0])
+    return rho >= 0.5
+
+
 def neutrality_line(K, sigma_b2, sigma_w2_max=50.0):
     """float64 neutrality line of kernel K for a 1-D array sigma_b2 > 0, by eliminating sigma_w2
     (c* = 1/2 known): on the q* equation, q > sigma_b2, solve h(q) = 0 of :func:`_neutral_residual`;
@@ -744,6 +754,8 @@ def neutrality_line(K, sigma_b2, sigma_w2_max=50.0):
     (checked; NaN otherwise). Returns (sigma_w2, q*)."""
     N = _Float64(K)
     sb = np.asarray(sigma_b2, float)
+    if _no_neutrality(K, N):
+        return np.full(sb.shape, np.nan), np.full(sb.shape, np.nan)
 
     def parts(qv, j):
         return _neutral_residual(N, qv, sb[j])
@@ -775,14 +787,45 @@ def neutrality_line(K, sigma_b2, sigma_w2_max=50.0):
     return sw, qs
 
 
+def _neutral_slope(K, sb, q0):
+    """dh/dq at the float64 root q0 (central difference on the float64 maps, ~1e-9 relative)."""
+    N, dq = _Float64(K), 1e-5 * q0
+    h = _neutral_residual(N, np.array([q0 - dq, q0 + dq]), np.array([sb, sb]))[1]
+    return float(h[1] - h[0]) / (2 * dq)
+
+
+NEUTRAL_STEPS = 8   # at most this many full-precision secant steps from the float64 root
+SLOPE_ERR = 1e-7    # bound on the relative error of the float64 slope
+
+
 def _neutrality_refined(N, sb, q0):
-    """sigma_w2 on the neutrality line to dps digits: the float64 root q0 of h refined on the mp maps
-    by :meth:`_Mp.refine` (within 1e-8 q0)."""
+    """sigma_w2 on the neutrality line to dps digits: from the float64 root q0 of h, a first step with
+    the float64 slope (:func:`_neutral_slope`, relative error <= SLOPE_ERR), then secant steps on the
+    mp maps. A step s whose slope had relative error e leaves an error ~ |s| e (a secant slope's e ~
+    the previous step / q): stop when that is below 10^-(dps+2) q, or when |h| stops falling (the
+    maps' rounding). Certified by the residual |h| <= 10^-dps max(1, q) and by staying within 1e-8 q0
+    of q0 (else ArithmeticError). Each step is one evaluation of V and C at dps (3 are typical)."""
     with mpmath.workdps(N.dps + 10):
-        sbm = to_mpf(sb)
-        root = N.refine(lambda q: _neutral_residual(N, q, sbm)[1], q0, 1e-8 * mpmath.mpf(q0), "neutrality",
-                        lambda r: f"neutrality: the mpmath root left the float64 bracket at q = {q0!r} (dps={N.dps})")
-        sw = (root - sbm) / N.V(root)
+        sbm, x = to_mpf(sb), mpmath.mpf(q0)
+        sw, h = (v[0] for v in _neutral_residual(N, _objects([x]), sbm))
+        d, err = mpmath.mpf(_neutral_slope(N.K, sb, q0)), mpmath.mpf(SLOPE_ERR)
+        tiny = mpmath.mpf(10) ** -(N.dps + 2)
+        for _ in range(NEUTRAL_STEPS):
+            if h == 0 or not d or not mpmath.isfinite(d):
+                break
+            x1 = x - h / d
+            sw1, h1 = (v[0] for v in _neutral_residual(N, _objects([x1]), sbm))
+            if abs(h1) >= abs(h):       # the maps' rounding floor: keep the better point
+                break
+            step = abs(x1 - x)
+            if step > mpmath.mpf(10) ** (8 - N.dps) * abs(x):   # secant slope only above the rounding
+                d = (h1 - h) / (x1 - x)
+            x, sw, h, done, err = x1, sw1, h1, step * err <= tiny * abs(x1), step / abs(x1)
+            if done:
+                break
+        if abs(x - q0) > 1e-8 * mpmath.mpf(q0) or abs(h) > mpmath.mpf(10) ** -N.dps * max(1, abs(x)):
+            raise ArithmeticError(f"neutrality: the mpmath root from q = {q0!r} did not converge (residual "
+                                  f"{mpmath.nstr(abs(h), 3)}, at dps={N.dps}); cannot certify sigma_w2")
     with mpmath.workdps(N.dps):
         return +sw
 

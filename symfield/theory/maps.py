@@ -112,7 +112,23 @@ def C(act, q1, q2, q12, dps=None):
                 return tables.fast_C(K, a, b, c, slow)
             except (tables.TableError, NotImplementedError):
                 _TABULATED[K] = False
+    if dps is None and _tabulated(K) and not (_scalar(q1) and _scalar(q2) and _scalar(q12)):
+        return _C_array(K, *_pair("C", q1, q2, q12, None, K.C))
     return evaluate(K.C, (Q1, Q2, Q12), _pair("C", q1, q2, q12, dps, K.C), K.kinks, dps)
+
+
+def _C_array(K, a, b, c):
+    """Array max-pool C (validated float64 arrays): each point by the scalar table path of sf.C
+    (tables.fast_C; its quadrature fallback where the table does not cover the point)."""
+    def one(x, y, z):
+        slow = lambda: float(evaluate(K.C, (Q1, Q2, Q12), (np.asarray(x), np.asarray(y), np.asarray(z)), K.kinks, None))
+        return tables.fast_C(K, x, y, z, slow) if _TABULATED.get(K) else slow()
+    try:
+        out = np.frompyfunc(one, 3, 1)(a, b, c)
+    except (tables.TableError, NotImplementedError):
+        _TABULATED[K] = False
+        return evaluate(K.C, (Q1, Q2, Q12), (a, b, c), K.kinks, None)
+    return np.asarray(out, dtype=float) if isinstance(out, np.ndarray) else float(out)
 
 
 def q_map(act, q, sigma_w2, sigma_b2, dps=None):

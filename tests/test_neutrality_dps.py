@@ -1,0 +1,86 @@
+"""neutrality(dps=N): the float64 root refined by a few full-precision secant steps, checked against
+independent high-precision roots of the defining equation (docs/theory.md section 5):
+sigma_w2 = (q - sigma_b2)/V(q) with (sigma_w2 C(q, q, q/2) + sigma_b2)/q = 1/2."""
+import math
+
+import mpmath
+import pytest
+
+import symfield as sf
+from symfield.reports.oracles import mp_expect1, mp_expect2
+from symfield.theory import fixedpoint as fp
+
+
+def _oracle(V, C, sb, q0, dps):
+    """sigma_w2 on the neutrality line from the maps V(q), C(q) = C(q, q, q/2), by mpmath.findroot at dps."""
+    with mpmath.workdps(dps):
+        sb = mpmath.mpf(repr(sb))     # the decimal, as symfield reads python floats
+
+        def h(q):
+            return ((q - sb) / V(q) * C(q) + sb) / q - mpmath.mpf(1) / 2
+        q = mpmath.findroot(h, mpmath.mpf(q0), solver="secant", tol=mpmath.mpf(10) ** (-2 * dps + 10))
+        return (q - sb) / V(q)
+
+
+def _erf_oracle(sb, q0, dps=50):
+    """erf: V(q) = (2/pi) asin(2q/(1 + 2q)), C(q, q, q/2) = (2/pi) asin(q/(1 + 2q)) (arcsine kernel)."""
+    return _oracle(lambda q: 2 / mpmath.pi * mpmath.asin(2 * q / (1 + 2 * q)),
+                   lambda q: 2 / mpmath.pi * mpmath.asin(q / (1 + 2 * q)), sb, q0, dps)
+
+
+def _tanh_oracle(sb, q0, dps, degree):
+    """tanh: V and C by the nested Gauss-Legendre oracles of symfield.reports.oracles."""
+    return _oracle(lambda q: mp_expect1(lambda x: mpmath.tanh(x) ** 2, q, dps=dps),
+                   lambda q: mp_expect2(mpmath.tanh, mpmath.tanh, q, q, q / 2, dps=dps, degree=degree),
+                   sb, q0, dps)
+
+
+def _digits(a, b):
+    """Decimal digits of agreement of a with b (compared at 80 digits)."""
+    with mpmath.workdps(80):
+        return float(-mpmath.log10(abs(a - b) / abs(b))) if a != b else math.inf
+
+
+@pytest.mark.parametrize("sb", [0.1, 0.5])
+def test_erf_dps30_matches_closed_form_root(sb):
+    got = sf.neutrality("erf", sb, dps=30)
+    q0 = float(sf.q_star("erf", float(got), sb))
+    want = _erf_oracle(sb, q0)
+    assert isinstance(got, mpmath.mpf)
+    assert _digits(got, want) >= 29.5, (sb, got, want)
+    assert abs(float(got) - sf.neutrality("erf", sb)) < 1e-9
+
+
+def test_refinement_takes_few_full_precision_steps(monkeypatch):
+    """The mp maps are evaluated a handful of times (secant from the float64 root), not ~30 (bracketing)."""
+    calls = []
+    real = fp._Mp.C
+    monkeypatch.setattr(fp._Mp, "C", lambda self, q, c: calls.append(1) or real(self, q, c))
+    got = sf.neutrality("erf", 0.3, dps=40)
+    assert 2 <= len(calls) <= 4, len(calls)
+    q0 = float(sf.q_star("erf", float(got), 0.3))
+    assert _digits(got, _erf_oracle(0.3, q0, dps=60)) >= 39.5
+
+
+def test_unconverged_refinement_raises(monkeypatch):
+    """A residual that cannot reach 10^-dps (maps with +-1e-12 noise) is refused, not returned."""
+    real, flips = fp._neutral_residual, []
+
+    def off(N, q, sb):
+        sw, h = real(N, q, sb)
+        if N.dps is None:
+            return sw, h
+        flips.append(1)
+        return sw, h + mpmath.mpf("1e-12") * (-1) ** len(flips)
+    monkeypatch.setattr(fp, "_neutral_residual", off)
+    with pytest.raises(ArithmeticError, match="neutrality"):
+        sf.neutrality("erf", 0.2, dps=30)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sb, dps", [(0.1, 15), (0.1, 30)])
+def test_tanh_matches_quadrature_oracle(sb, dps):
+    got = sf.neutrality("tanh", sb, dps=dps)
+    q0 = float(sf.q_star("tanh", float(got), sb))
+    want = _tanh_oracle(sb, q0, dps + 10, 4 if dps <= 15 else 5)
+    assert _digits(got, want) >= dps - 0.5, (got, want)

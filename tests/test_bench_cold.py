@@ -73,7 +73,7 @@ def test_timed_out_row_is_not_passed(tmp_path):
 def test_cli_rows_timeout_and_json(tmp_path):
     out = tmp_path / "b.json"
     run = subprocess.run([sys.executable, "-m", "symfield", "bench", "--suite", "cold", "--rows",
-                          "relu-max2-C-array,elu-phase-point", "--timeout", "0.3", "--json", str(out)],
+                          "relu-max2-C-array,elu-phase-point", "--timeout", "0.3", "-o", str(out)],
                          capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert run.returncode == 0, run.stderr
     rows = json.loads(out.read_text())["rows"]

@@ -1,5 +1,5 @@
 """``symfield bench``: its arguments and the command (the benchmark itself is symfield.reports.bench;
-``--suite cold``, issue 16's cold-start table, is symfield.reports.bench_cold)."""
+``--suite cold``, the cold-start table, is symfield.reports.bench_cold)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ def add_parser(sub):
     """The ``symfield bench`` sub-command, registered on the sub-parsers ``sub``."""
     p = sub.add_parser("bench", help="time propagate against NumPy Gauss-Hermite, SciPy quad and a Numba floor",
                        epilog="examples: symfield bench tanh --grid 256x256 --depth 100   (--quick: seconds);   "
-                              "symfield bench --suite cold --rows gelu-phase --warm --json cold.json")
+                              "symfield bench --suite cold --rows gelu-phase --warm -o cold.json")
     p.add_argument("activation", nargs="?", default="tanh", help="activation (default tanh)")
     p.add_argument("--pool", choices=["max", "avg"], help="multi-node activation: pool phi over k nodes")
     p.add_argument("--k", type=int, default=2, help="nodes per pool (default 2)")
@@ -25,9 +25,9 @@ def add_parser(sub):
     p.add_argument("--n-traj", type=int, default=4, help="whole trajectories compared with the quadrature path")
     p.add_argument("--quick", action="store_true", help="small sizes: 32x32 grid, depth 20, 4x4 GH sub-grid, "
                                                          "2 SciPy samples, 3 mpmath checks at dps 15, 2 trajectories")
-    p.add_argument("--json", nargs="?", const="-", metavar="PATH",
-                   help="machine-readable output: on standard output, or written to PATH")
-    cold = p.add_argument_group("cold suite (issue 16's targets, each row in a new process with an empty cache)")
+    p.add_argument("--json", action="store_true", help="machine-readable output on standard output")
+    p.add_argument("-o", "--output", metavar="PATH", help="also write the JSON report to PATH (atomic)")
+    cold = p.add_argument_group("cold suite (cold-start targets, each row in a new process with an empty cache)")
     cold.add_argument("--suite", choices=["cold"], help="run a benchmark suite instead of the propagate comparison")
     cold.add_argument("--rows", metavar="NAMES", help="comma-separated rows of the suite (default: all; "
                                                        "--rows list prints them)")
@@ -63,9 +63,7 @@ def cli(args):
         if val is not None:
             raise ValueError(f"The '--{opt}' option of bench is allowed only with '--suite cold'. Got {val!r} without it instead.")
     from symfield.reports.bench import bench
-    from symfield.symbolic.activation import activation, activations
-    if args.json not in (None, "-") and args.json in activations() and args.activation == "tanh":
-        args.activation, args.json = args.json, "-"      # `bench --json erf`: the old flag before the activation
+    from symfield.symbolic.activation import activation
     act = activation(args.activation, pool=args.pool, k=args.k) if args.pool else activation(args.activation)
     kw = dict(grid=_dims(args.grid, "grid"), depth=args.depth, repeat=args.repeat, gh_grid=_dims(args.gh_grid, "gh-grid"),
               scipy_samples=args.scipy_samples, n_check=args.n_check, check_dps=args.dps, n_traj=args.n_traj,
@@ -73,23 +71,18 @@ def cli(args):
     if args.quick:
         kw.update(grid=(32, 32), depth=20, gh_grid=(4, 4), scipy_samples=2, n_check=3, check_dps=15, repeat=2, n_traj=2)
     res = bench(act, **kw)
-    if args.json:
-        text = json.dumps(dict(act=res.act, grid=res.grid, depth=res.depth, method=res.method, times=res.times,
-                               ratios=res.ratios(), notes=res.notes, accuracy=res.accuracy, setup=res.setup),
-                          indent=2, default=str)
-        if args.json == "-":
-            print(text)
-        else:
-            from symfield.core.files import atomic_write
-            atomic_write(args.json, text + "\n")
-            print(res.report())
-    else:
-        print(res.report())
+    text = json.dumps(dict(act=res.act, grid=res.grid, depth=res.depth, method=res.method, times=res.times,
+                           ratios=res.ratios(), notes=res.notes, accuracy=res.accuracy, setup=res.setup),
+                      indent=2, default=str)
+    if args.output:
+        from symfield.core.files import atomic_write
+        atomic_write(args.output, text + "\n")
+    print(text if args.json else res.report())
     return 0
 
 
 def _cold(args):
-    """``symfield bench --suite cold``: the table on stdout (JSON with --json), --json PATH also writes it."""
+    """``symfield bench --suite cold``: the table on stdout (JSON with --json); -o PATH also writes the JSON."""
     from symfield.reports import bench_cold as bc
     if args.rows == "list":
         for r in bc.ROWS:
@@ -99,10 +92,7 @@ def _cold(args):
     if args.timeout is not None and not args.timeout > 0:
         raise ValueError(f"The '--timeout' option of bench must be > 0 seconds. Got {args.timeout!r} instead.")
     results = bc.run(rows, timeout=args.timeout, warm=args.warm)
-    if args.json == "-":
-        print(json.dumps(bc.jsonable(bc.to_dict(results)), indent=2))
-    else:
-        if args.json:
-            bc.write_json(results, args.json)
-        print(bc.table(results))
+    if args.output:
+        bc.write_json(results, args.output)
+    print(json.dumps(bc.jsonable(bc.to_dict(results)), indent=2) if args.json else bc.table(results))
     return 0

@@ -1,4 +1,4 @@
-"""``symfield bench --suite cold``: the cold-start benchmark of issue 16.
+"""``symfield bench --suite cold``: the cold-start benchmark.
 
 Every row is one user-facing call (a phase diagram, a propagation, ``sf.C``, a neutrality root, the
 README's main command), run in a NEW Python process whose ``SYMFIELD_CACHE`` (and ``NUMBA_CACHE_DIR``)
@@ -61,7 +61,7 @@ PHASE6 = ("gelu", "silu", "elu", "softplus", "mish", "sigmoid")
 
 
 def _rows() -> list[Row]:
-    """The target table of issue 16, in its order."""
+    """The target table of the cold-start benchmark, in order."""
     rows = [Row(f"{a}-phase", f'phase_diagram("{a}") 101x51, sigma_w2 0.1..4 x sigma_b2 0..0.5', "phase_diagram",
                 dict(act=a, grid=[101, 51], sw=[0.1, 4.0], sb=[0.0, 0.5]), 60.0, 5.0) for a in PHASE6]
     for a, t in (("relu", 20.0), ("tanh", 60.0)):

@@ -36,11 +36,6 @@ class _Interrupt(BaseException):
     """Raised asynchronously in the working thread; one subclass per budgeted call."""
 
 
-def available() -> bool:
-    """True: budgets work on every thread (kept for callers written for the SIGALRM version)."""
-    return True
-
-
 def _rss() -> int:
     """Resident set size of this process in bytes (0 where /proc is missing)."""
     try:

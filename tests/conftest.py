@@ -41,3 +41,19 @@ def tol_dps(n, slack=TOL["dps_digits_slack"]):
     """Tolerance of a dps=n result in its natural scale: 10^-(n - slack) (README: an error estimate
     above 10^-N raises ArithmeticError; slack 1 digit by default, 0 to compare with float64)."""
     return mp.mpf(10) ** (slack - n)
+
+
+# Modules that test how tables are BUILT, cached and rebuilt: they run with the shipped tables off
+# (symfield.numeric.shipped), so the builders, not a shipped copy, are exercised. Everything else
+# runs as a user's process does, shipped tables on.
+BUILDS_TABLES = {"test_tables", "test_tables_distance", "test_table1d", "test_cache_hostile"}
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _shipped_tables(request, monkeypatch):
+    if request.module.__name__.rpartition(".")[2] in BUILDS_TABLES:
+        monkeypatch.setenv("SYMFIELD_SHIPPED", "0")
+    yield

@@ -266,3 +266,23 @@ def test_fallback_is_flagged(monkeypatch, tmp_path):
     assert T.info["D"] == tables.D_DIFF and T.error["D"] == math.inf and "loses digits" in T.describe()
     q, q12 = 0.35, 0.2
     assert T.D(q, q, q12, 2 * (q - q12)) == pytest.approx(2 * T.V(q) - 2 * T.C(q, q, q12), rel=1e-14)
+
+
+@pytest.mark.parametrize("name, phi", [("softplus", lambda t: mpmath.log1p(mpmath.exp(t))),
+                                       ("sigmoid", lambda t: 1 / (1 + mpmath.exp(-t)))])
+def test_phi0_nonzero_panel_zero_is_relative_accurate(name, phi):
+    """phi(0) != 0: the R-cells of panel 0 (q down to ~1e-27) come from the modes of phi - phi(0) (its Taylor
+    polynomial near 0); from phi itself they reached only 4e-2 (softplus) and the table was refused.
+    Oracle: D = 2V - 2C by the tests' nested Gauss-Legendre rules at 50 digits, degree 4 (the cancellation
+    costs ~log10(V/D) < 10 of them; degree 3 at 40 digits was off by 1e-12 of D)."""
+    from oracles import mp_expect1, mp_expect2
+    K = sf.kernel(name)
+    T = tables.table(K, 0.0, 2.0 ** -9)
+    assert T.panels[0].err["D"] <= TOL_D
+    for q, th in ((1e-6, 0.3), (1e-3, 1.1)):
+        q12 = q * math.cos(th)
+        with mpmath.workdps(50):
+            v = mp_expect1(lambda t: phi(t) ** 2, q, dps=50)
+            c = mp_expect2(phi, phi, q, q, q12, dps=50, degree=4)
+            D = float(2 * v - 2 * c)
+        assert abs(T.D(q, q, q12, 2 * q - 2 * q12) - D) <= min(T.error["D"], 10 * TOL_D) * D

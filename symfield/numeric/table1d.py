@@ -23,6 +23,7 @@ import numpy as np
 from symfield.core.files import cache_dir, load_checked_npz, quarantine, save_checked_npz, warn
 from symfield.core.version import __version__
 from symfield.numeric import chebyshev as cheb
+from symfield.numeric import shipped
 
 N, TOL, P_LO, P_HI, MAX_DEPTH = 16, 1e-13, -40, 40, 6     # [2^-40, 2^40] covers fixedpoint's [Q_MIN, Q_MAX]
 FIT = "dct2"    # coefficients by symfield.numeric.chebyshev (part of the cache key)
@@ -31,10 +32,14 @@ FIT = "dct2"    # coefficients by symfield.numeric.chebyshev (part of the cache 
 class Table1D:
     """f(q) on (0, inf): Chebyshev panels in log2 q inside [2^P_LO, 2^P_HI], f itself outside."""
 
-    def __init__(self, f, key=None):
-        self.f = f
+    def __init__(self, f, key=None, ship=None):
+        """``key``: the disk-cache name; ``ship``: the stable name of a shipped table of the same map
+        (symfield.numeric.shipped), read when the cache has none."""
+        self.f, self.ship = f, ship
         path = _path(key) if key is not None else None
         if path is not None and self._load(path):
+            return
+        if ship is not None and self._load(shipped.lookup("tables1d", ship_name(ship)), is_shipped=True):
             return
         f = lambda t: self.f(2.0 ** t)
         panels = [pn for p in range(P_LO, P_HI) for pn in cheb.refine(f, float(p), float(p + 1), N, TOL, MAX_DEPTH)]
@@ -43,22 +48,25 @@ class Table1D:
         self.coef = np.array([pn[2] for pn in panels])
         self.error = max(pn[3] for pn in panels)
         if path is not None:
-            self._save(path)
+            self.save(path)
 
-    def _load(self, path):
-        if not path.exists():
+    def _load(self, path, is_shipped=False):
+        if path is None or not path.exists():
             return False
         try:
             z = load_checked_npz(path)
             lo, hi, coef, error = z["lo"], z["hi"], z["coef"], float(z["error"])
             check_structure(lo, hi, coef, error)
-        except Exception as err:     # any failure to read or check: moved aside, rebuilt
-            quarantine(path, f"{type(err).__name__}: {err}")
+        except Exception as err:     # any failure to read or check: moved aside (shipped: ignored), rebuilt
+            if is_shipped:
+                warn(f"shipped 1-D table ignored ({type(err).__name__}: {err}); building it", path)
+            else:
+                quarantine(path, f"{type(err).__name__}: {err}")
             return False
         self.lo, self.hi, self.coef, self.error = lo, hi, coef, error
         return True
 
-    def _save(self, path):
+    def save(self, path):
         try:
             save_checked_npz(path, dict(lo=self.lo, hi=self.hi, coef=self.coef, error=self.error))
         except OSError as err:      # unwritable cache: the table still works in this process
@@ -94,6 +102,11 @@ def check_structure(lo, hi, coef, error):
         raise ValueError(f"panels do not tile [{P_LO}, {P_HI}]")
     if not 0.0 <= error < np.inf:
         raise ValueError(f"error bound {error!r}")
+
+
+def ship_name(ship):
+    """File name of a shipped 1-D table: a hash of the map's stable name and the table parameters."""
+    return f"t1d_{shipped.key('table1d', f'N {N} TOL {TOL!r} P {P_LO}:{P_HI} depth {MAX_DEPTH} fit {FIT}', ship)}.npz"
 
 
 def _path(key):

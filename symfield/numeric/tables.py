@@ -74,6 +74,7 @@ from symfield.core.version import __version__
 from symfield.numeric import chebyshev as cheb
 from symfield.numeric import codegen
 from symfield.numeric import evaluate as N
+from symfield.numeric import shipped
 from symfield.numeric import quadrature as QD
 from symfield.numeric.evaluate import evaluate
 from symfield.numeric.maxrule import Rule
@@ -270,6 +271,7 @@ class Evaluator:
                 g = f if spec.g == spec.f else N.vectorised(spec.g, N.NUMPY_MODULES)
                 # parity of the pair: both odd -> odd modes only, both even -> even modes only
                 impls[name] = _Polar2(f, g, parity if spec.f == spec.g else 0)
+                impls[name].expr = spec.f
             else:
                 impls[name] = N.integral_rule(spec, tuple(K.kinks), None)
                 fast = False
@@ -304,6 +306,32 @@ class Evaluator:
             sel = q == qq
             out[sel] = polar_eval_over_cos(self.single.coefficients(qq, qq), th[sel])
         return out
+
+
+def _shifted(expr, z0=1e-2, order=14):
+    """h(z) = phi(z) - phi(0) on float64 arrays without cancellation near 0 (its Taylor polynomial for
+    |z| < z0, truncation ~ z0^order; directly above), or None if SymPy gives no series. The modes m >= 1
+    of the polar rule (all that V - C needs) are those of h; from phi itself they lose digits as q -> 0
+    (a constant of size phi(0) under a variation of size sqrt(q))."""
+    try:
+        ser = sp.series(expr, x, 0, order).removeO()
+        coeffs = [float(ser.coeff(x, k)) for k in range(1, order)]
+        f0 = float(expr.subs(x, 0))
+    except Exception:
+        return None
+    f = N.vectorised(expr, N.NUMPY_MODULES)
+
+    def h(z):
+        z = np.asarray(z, dtype=float)
+        out = np.asarray(f(z), dtype=float) - f0
+        small = np.abs(z) < z0
+        if small.any():
+            zs, acc = z[small], np.zeros(int(small.sum()))
+            for c in reversed(coeffs):
+                acc = (acc + c) * zs
+            out[small] = acc
+        return out
+    return h
 
 
 def _rule_distance(f, k):
@@ -482,6 +510,10 @@ class Table:
         if pol is None and self.K.act.pool == "avg" and len(ev.polars) == 1:
             pol, scale = ev.polars[0], 1.0 / self.K.act.k   # V - C = (V_phi - C_phi)/k at equal norms
         how = None
+        if pol is not None and pol.f is pol.g and getattr(pol, "expr", None) is not None \
+                and float(pol.f(np.zeros(1))[0]) != 0.0:     # phi(0) != 0: the modes m >= 1 of phi - phi(0)
+            h = _shifted(pol.expr)
+            pol = _Polar2(h, h, pol.parity) if h is not None else pol
         if pol is not None and pol.f is pol.g:
             def R(q, th):
                 out = np.empty(np.shape(q))
@@ -1042,16 +1074,18 @@ def path_of(K) -> Path:
     return cache_dir() / "tables" / f"sf_table_{slug}_{_key(K)}_c.npz"
 
 
-def save(T):
-    """Write the table atomically (npz; JSON metadata; a sha256 of the members). Panels from another
-    process are merged first. An unwritable cache is warned about; the table still works in this process."""
-    path = path_of(T.K)
-    other = _read(path, T.K)
+def save(T, path=None):
+    """Write the table atomically (npz; JSON metadata; a sha256 of the members) to its cache file, or to
+    ``path`` (a shipped copy: no merge, no machine paths). Panels from another process are merged first.
+    An unwritable cache is warned about; the table still works in this process."""
+    ship, path = path is not None, path or path_of(T.K)
+    other = None if ship else _read(path, T.K)
     if other is not None:
         for p, pn in other.panels.items():
             T.panels.setdefault(p, pn)
     data = {}
-    meta = dict(kind=T.kind, degree=T.degree, parity=T.parity, psi0sq=T.psi0sq, V1=T.V1, info=T.info,
+    info = {k: v for k, v in T.info.items() if not (ship and k in ("path", "shipped"))}
+    meta = dict(kind=T.kind, degree=T.degree, parity=T.parity, psi0sq=T.psi0sq, V1=T.V1, info=info,
                 panels={})
     for p, pn in T.panels.items():
         data[f"v{p}"] = pn.vcoef
@@ -1065,15 +1099,28 @@ def save(T):
     try:
         save_checked_npz(path, data)
     except OSError as err:
+        if ship:
+            raise
         warn(f"cannot write the table of {T.name} ({err.strerror or err}); kept in memory only", path)
         return
-    T.info["path"] = str(path)
+    if not ship:
+        T.info["path"] = str(path)
 
 
-def _read(path, K):
+def ship_name(K) -> str:
+    """The file name of K's table among the shipped ones (symfield.numeric.shipped): a hash of what it
+    tabulates -- phi's expression, pool, k, kinks and the table parameters -- not of any version."""
+    slug = re.sub(r"[^0-9A-Za-z]+", "_", K.act.name).strip("_")[:40] or "act"
+    k = shipped.key(f"table v{TABLE_VERSION}", f"E0 {E0} NT {N_T} NTH {N_TH} TAIL {TAIL!r}",
+                    sp.srepr(K.act.expr), str(K.act.pool), str(K.act.k), repr(tuple(K.kinks)))
+    return f"sf_table_{slug}_{k}.npz"
+
+
+def _read(path, K, is_shipped=False):
     """The table stored at ``path`` (None if absent). A file that cannot be read, fails its sha256 or
-    :func:`check_structure` is moved aside with one warning (None: rebuilt)."""
-    if not path.exists():
+    :func:`check_structure` is moved aside with one warning (None: rebuilt); a shipped one is only
+    warned about (the package directory is never written)."""
+    if path is None or not path.exists():
         return None
     try:
         z = load_checked_npz(path)
@@ -1088,9 +1135,13 @@ def _read(path, K):
             T.panels[int(p)] = Panel(z[f"v{p}"], cells, d["err"], rcells)
         check_structure(T)
     except Exception as err:   # any failure to read or check (BadZipFile, EOFError, KeyError, ...): rebuilt
-        quarantine(path, f"{type(err).__name__}: {err}")
+        if is_shipped:
+            warn(f"shipped table ignored ({type(err).__name__}: {err}); building it", path)
+        else:
+            quarantine(path, f"{type(err).__name__}: {err}")
         return None
-    T.info["path"] = str(path)
+    T.info.pop("path", None)
+    T.info["shipped" if is_shipped else "path"] = str(path)
     return T
 
 
@@ -1145,7 +1196,8 @@ def table(act, q_lo=None, q_hi=None) -> Table:
     key = _key(K)
     T = _TABLES.get(key)
     if T is None:
-        T = _read(path_of(K), K) or Table(K)
+        T = (_read(path_of(K), K) or _read(shipped.lookup("tables", ship_name(K)), K, is_shipped=True)
+             or Table(K))
         _TABLES[key] = T
     if T.kind == "homogeneous" or q_hi is not None:
         T.ensure(0.0 if q_lo is None else q_lo, q_hi)

@@ -241,13 +241,13 @@ def _weight(act, q):
     raise ValueError(f"The 'act' parameter of the cold-suite oracle must be unpooled or max-pooled. Got {act.name!r} instead.")
 
 
-def _V_mp(act, q, dps):
+def V_mp(act, q, dps):
     phi, _, kk = _phi_mp(act)
     w = _weight(act, q)
     return mp_expect1(lambda t: phi(t) ** 2 * w(t), q, kk, dps)
 
 
-def _dpsi2_mp(act, q, dps):
+def dpsi2_mp(act, q, dps):
     _, dphi, kk = _phi_mp(act)
     w = _weight(act, q)
     return mp_expect1(lambda t: dphi(t) ** 2 * w(t), q, kk, dps)
@@ -257,7 +257,7 @@ def _qstar_mp(act, sw, sb, q0, dps=18):
     """q* re-solved in mpmath (secant from the package's q0) on q = sw V(q) + sb."""
     with mpmath.workdps(dps):
         sw, sb = mpmath.mpf(sw), mpmath.mpf(sb)
-        return mpmath.findroot(lambda q: sw * _V_mp(act, q, dps) + sb - q, mpmath.mpf(q0), tol=mpmath.mpf(10) ** (4 - dps))
+        return mpmath.findroot(lambda q: sw * V_mp(act, q, dps) + sb - q, mpmath.mpf(q0), tol=mpmath.mpf(10) ** (4 - dps))
 
 
 def _rel(a, b, scale=None):
@@ -269,7 +269,7 @@ def _check_fixed_point(act, points):
     err = 0.0
     for pt in points:
         q = _qstar_mp(act, pt["sw"], pt["sb"], pt["q"])
-        slope = pt["sw"] * _dpsi2_mp(act, q, 18)
+        slope = pt["sw"] * dpsi2_mp(act, q, 18)
         err = max(err, _rel(pt["q"], q), _rel(pt["slope"], slope))
     return err
 
@@ -311,7 +311,7 @@ def _g_np(act):
     return sp.lambdify(xs, expr, [{"Heaviside": lambda a, h=0.5: np.heaviside(a, h)}, "scipy", "numpy"])
 
 
-def _C_oracle(act, q1, q2, q12):
+def C_oracle(act, q1, q2, q12):
     """(C, oracle name) for the pair: float64 argmax quadrature for max2, mp_expect2 otherwise."""
     if act.pool == "max" and act.k == 2:
         return max2_C(_g_np(act), q1, q2, q12), "float64 argmax quadrature"
@@ -323,8 +323,8 @@ def _check_propagate(act, points):
     """Max relative error of one layer step q' = sw V(q) + sb, q12' = sw C(q, q, q12) + sb (scale q')."""
     err = 0.0
     for pt in points:
-        v = _V_mp(act, pt["q_prev"], 18)
-        c, _ = _C_oracle(act, pt["q_prev"], pt["q_prev"], pt["qab_prev"])
+        v = V_mp(act, pt["q_prev"], 18)
+        c, _ = C_oracle(act, pt["q_prev"], pt["q_prev"], pt["qab_prev"])
         q, qab = pt["sw"] * v + pt["sb"], pt["sw"] * float(c) + pt["sb"]
         err = max(err, _rel(pt["q"], q), _rel(pt["qab"], qab, q))
     return err
@@ -334,8 +334,8 @@ def _check_C(act, points):
     """Max error of C in the scale sqrt(V(q1) V(q2))."""
     err = 0.0
     for pt in points:
-        c, _ = _C_oracle(act, pt["q1"], pt["q2"], pt["q12"])
-        scale = math.sqrt(float(_V_mp(act, pt["q1"], 15)) * float(_V_mp(act, pt["q2"], 15)))
+        c, _ = C_oracle(act, pt["q1"], pt["q2"], pt["q12"])
+        scale = math.sqrt(float(V_mp(act, pt["q1"], 15)) * float(V_mp(act, pt["q2"], 15)))
         err = max(err, _rel(pt["C"], c, scale))
     return err
 

@@ -45,6 +45,7 @@ from symfield.symbolic.gaussian import q1 as Q1
 from symfield.symbolic.gaussian import q2 as Q2
 from symfield.symbolic.gaussian import q12 as Q12
 from symfield.symbolic.kernel import kernel
+from symfield.symbolic.limits import limit_kernel
 
 Q_MIN, Q_MAX = 1e-12, 1e12
 
@@ -55,6 +56,19 @@ def _limit_q(K, qs):
     if _degree_one(K):
         return np.ones_like(qs) if np.ndim(qs) else 1.0
     return np.where(np.asarray(qs) == 0, 1e-8, 1e8) if np.ndim(qs) else (1e-8 if qs == 0 else 1e8)
+
+
+def _at_infinity(K, qs):
+    """(maps of the q -> inf limit kernel or None, mask of the rows with q* = inf it serves): where psi grows
+    linearly but is not homogeneous, the normalised maps at q* = inf are exactly those of its limit
+    (symfield.symbolic.limits), evaluated at q = 1."""
+    at_inf = np.asarray(qs) == math.inf
+    if not at_inf.any() or _degree_one(K):
+        return None, np.zeros(np.shape(qs), bool)
+    LK = limit_kernel(K)
+    if LK is None:
+        return None, np.zeros(np.shape(qs), bool)
+    return _maps(LK), at_inf
 
 
 _DEGREE_ONE = {}
@@ -108,16 +122,32 @@ class _Maps:
         self._V = evaluator(K.V, (Q,), K.kinks)
         self._d = evaluator(K.dpsi2, (Q,), K.kinks)
         self._C = evaluator(K.C, (Q1, Q2, Q12), K.kinks)
+        act = f"{sp.srepr(K.act.expr)} pool {K.act.pool} k {K.act.k} kinks {tuple(K.kinks)!r}"
         if K.V.has(sp.Integral):
-            self._V = Table1D(self._V, key=f"V {sp.srepr(K.V)} kinks {K.kinks!r}")
+            self._V = Table1D(self._V, key=f"V {sp.srepr(K.V)} kinks {K.kinks!r}", ship=f"V of {act}")
         if K.dpsi2.has(sp.Integral):
-            self._d = Table1D(self._d, key=f"dpsi2 {sp.srepr(K.dpsi2)} kinks {K.kinks!r}")
+            self._d = Table1D(self._d, key=f"dpsi2 {sp.srepr(K.dpsi2)} kinks {K.kinks!r}", ship=f"dpsi2 of {act}")
         self._T = None
         if K.C.has(sp.Integral):
             try:
                 self._T, self._mod = tables.table(K), tables.load_module()
             except (NotImplementedError, tables.TableError):
                 self._T = None
+
+    @property
+    def table(self):
+        """The (q, theta) table of C (symfield.numeric.tables), or None."""
+        return self._T
+
+    @property
+    def V_table(self):
+        """V's 1-D table (symfield.numeric.table1d) when V is an integral, else its closed form's evaluator."""
+        return self._V
+
+    @property
+    def dpsi2_table(self):
+        """E[psi'^2]'s 1-D table when it is an integral, else its closed form's evaluator."""
+        return self._d
 
     def V(self, q):
         return self._V(np.asarray(q, float))
@@ -162,6 +192,11 @@ class _Maps:
 
 
 _MAPS = {}
+
+
+def float_maps(K) -> _Maps:
+    """The float64 maps of kernel K (closed forms, or the certified tables, loaded or built)."""
+    return _maps(K)
 
 
 def _maps(K):
@@ -557,18 +592,27 @@ def _c_star_f64(K, sw, sb, qs=None):
     sw, sb = np.asarray(sw, float), np.asarray(sb, float)
     qs = _q_star_points(_Float64(K), sw, sb) if qs is None else qs
     finite = (qs > 0) & (qs < math.inf)
-    qe = np.where(finite, qs, _limit_q(K, qs))
+    L, at_inf = _at_infinity(K, qs)
+    qe = np.where(finite, qs, np.where(at_inf, 1.0, _limit_q(K, qs)))
     c1 = np.where(sw + sb > 0, sb / np.where(sw + sb > 0, sw + sb, 1.0), 0.0)
     to_zero = np.nonzero((qs == 0) & (sw > 0))[0] if _descent_cheap(K, M) else np.zeros(0, int)
     frozen = np.zeros(sw.shape, bool)
     if to_zero.size:       # start the limit map where the recursion has brought c (c freezes: c* is there)
         c1 = c1.copy()
         c1[to_zero], frozen[to_zero] = _descend(M, sw[to_zero])
-    vq = np.where(finite, 1.0, M.V(qe))
+    vq = np.ones(qe.shape)
+    rest = ~finite & ~at_inf
+    vq[rest] = M.V(qe[rest])
+    if at_inf.any():
+        vq[at_inf] = L.V(1.0)
 
     def g(c, j):
-        f = finite[j]
-        val = M.C(qe[j], c)
+        f, li = finite[j], at_inf[j]
+        val = np.empty(j.shape)
+        if (~li).any():
+            val[~li] = M.C(qe[j[~li]], c[~li])
+        if li.any():
+            val[li] = L.C(qe[j[li]], c[li])
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(f, (sw[j] * val + sb[j]) / qe[j], val / vq[j]) - c
 
@@ -746,6 +790,43 @@ def _no_neutrality(K, N):
     return rho >= 0.5
 
 
+def _deviation(K, LK):
+    """sup_x |phi(x) - phi_inf(x)| (on 40001 points of [-80, 80], x 1.05), or inf where it still grows
+    at |x| = 1e6 (phi - phi_inf unbounded)."""
+    from symfield.numeric.evaluate import NUMPY_MODULES, vectorised
+    f = vectorised(K.act.single.expr - LK.act.single.expr, NUMPY_MODULES)
+    with np.errstate(all="ignore"):
+        inner = np.abs(np.broadcast_to(f(np.linspace(-80.0, 80.0, 40001)), (40001,)))
+        outer = np.abs(np.broadcast_to(f(np.array([-1e6, 1e6])), (2,)))
+    R = max(float(inner.max()), float(outer.max()))
+    return 1.05 * R if np.isfinite(R) and outer.max() <= 1.05 * inner.max() else math.inf
+
+
+_CUTOFF = {}
+
+
+def _neutral_cutoff(K):
+    """A q above which h of :func:`_neutral_residual` is > 0 for every sigma_b2, from the q -> inf limit
+    (symfield.symbolic.limits), else inf. With psi = psi_inf + r, |r| <= R (:func:`_deviation`),
+    Cauchy-Schwarz gives |C(q, q, q c)/q - C_inf(c)| <= e(q) = 2 R sqrt(V_inf/q) + R^2/q (and the same
+    for V), so rho(q) = C(q, q, q/2)/V(q) >= (C_inf(1/2) - e)/(V_inf + e) for all q >= Q; and
+    h = rho - 1/2 + (sigma_b2/q)(1 - rho) >= rho - 1/2 (rho <= 1). The first Q = 2^k where that bound
+    exceeds 1/2 is the cutoff: no neutrality root lies above it."""
+    if K in _CUTOFF:
+        return _CUTOFF[K]
+    out, LK = math.inf, limit_kernel(K)
+    if LK is not None:
+        R, M = _deviation(K, LK), _maps(LK)
+        vi, ci = float(M.V(1.0)), float(M.C(np.array([1.0]), 0.5)[0])
+        for k in range(0, 60):
+            e = 2 * R * math.sqrt(vi / 2.0 ** k) + R * R / 2.0 ** k
+            if (ci - e) / (vi + e) > 0.5:
+                out = 2.0 ** k
+                break
+    _CUTOFF[K] = out
+    return out
+
+
 def neutrality_line(K, sigma_b2, sigma_w2_max=50.0):
     """float64 neutrality line of kernel K for a 1-D array sigma_b2 > 0, by eliminating sigma_w2
     (c* = 1/2 known): on the q* equation, q > sigma_b2, solve h(q) = 0 of :func:`_neutral_residual`;
@@ -756,6 +837,8 @@ def neutrality_line(K, sigma_b2, sigma_w2_max=50.0):
     sb = np.asarray(sigma_b2, float)
     if _no_neutrality(K, N):
         return np.full(sb.shape, np.nan), np.full(sb.shape, np.nan)
+
+    cutoff = _neutral_cutoff(K)
 
     def parts(qv, j):
         return _neutral_residual(N, qv, sb[j])
@@ -771,7 +854,7 @@ def neutrality_line(K, sigma_b2, sigma_w2_max=50.0):
         lo[j], hlo[j] = hi[j], hhi[j]
         hi[j] *= 2
         sw, hhi[j] = parts(hi[j], j)
-        out_of_range = (sw > sigma_w2_max) | (hi[j] > Q_MAX) | ~np.isfinite(hhi[j])
+        out_of_range = (sw > sigma_w2_max) | (hi[j] > min(Q_MAX, cutoff)) | ~np.isfinite(hhi[j])
         failed[j[out_of_range]] = True
         live[j] = ~out_of_range & (hhi[j] > 0)
     qs = np.full(n, np.nan)
@@ -871,8 +954,12 @@ def phase_fields(K, sigma_w2, sigma_b2, eoc_tol):
     sw, sb, tol = sigma_w2, sigma_b2, eoc_tol
     cs, qs = _c_star_f64(K, sw, sb)
     finite = (qs > 0) & (qs < math.inf)
+    L, at_inf = _at_infinity(K, qs)
     qe = np.where(finite, qs, _limit_q(K, qs))
-    slope = sw * _maps(K).dpsi2(qe)
+    slope = np.empty(qs.shape)
+    slope[~at_inf] = sw[~at_inf] * _maps(K).dpsi2(qe[~at_inf])
+    if at_inf.any():
+        slope[at_inf] = sw[at_inf] * L.dpsi2(np.ones(int(at_inf.sum())))
     gap = _gap_star(K, sw, sb, cs, qs)          # 1 - c*, from the distance map where c* is near 1
     with np.errstate(divide="ignore", invalid="ignore"):
         gamma = np.where(cs >= 1, math.inf, (1 - gap) / gap)

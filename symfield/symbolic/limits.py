@@ -1,0 +1,59 @@
+"""The large-variance limit of a kernel: the maps as q -> inf, derived by SymPy.
+
+If phi grows linearly, phi(x)/x -> b as x -> +inf and -> a as x -> -inf (a, b finite, not both 0:
+gelu, silu, softplus, mish and elu have a = 0, b = 1; x erf(x) has a = -1, b = 1), then
+phi(t u)/t -> phi_inf(u) = a min(u, 0) + b max(u, 0) as t -> inf, with |phi(x)| <= A (1 + |x|), so by
+dominated convergence, for psi built from phi (a pool of k nodes included) and its limit psi_inf,
+
+    V(q)/q -> V_inf(1),   C(q, q, c q)/q -> C_inf(1, 1, c),   E[psi'^2](q) -> E[psi_inf'^2],
+
+the maps of the positively homogeneous psi_inf (arc-cosine closed forms; max-pools: their homogeneous
+table). These are the EXACT normalised c-map and slope chi1 where q* = inf, instead of the maps at
+some large q, and they cost microseconds.
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+from symfield.core import timelimit
+from symfield.symbolic.activation import Activation
+from symfield.symbolic.formula import X as x
+from symfield.symbolic.gaussian import homogeneous
+from symfield.symbolic.kernel import Kernel, kernel
+
+LIMIT_SECONDS = 20.0       # budget for SymPy's two limits
+_t = sp.Symbol("t", positive=True)
+_DONE: dict = {}
+
+
+def linear_growth(expr) -> tuple | None:
+    """(a, b) with phi(x)/x -> b (x -> +inf) and a (x -> -inf), both finite and not both 0; else None
+    (bounded, sub- or super-linear phi, or limits SymPy cannot decide within LIMIT_SECONDS)."""
+    def limits():
+        b = sp.limit(expr.subs(x, _t) / _t, _t, sp.oo)
+        a = sp.limit(expr.subs(x, -_t) / (-_t), _t, sp.oo)
+        return a, b
+    try:
+        a, b = timelimit.bounded("the q -> inf limit", str(expr), limits, seconds=LIMIT_SECONDS)
+    except (ValueError, TypeError, NotImplementedError, ArithmeticError):
+        return None
+    if not all(v.is_real and v.is_finite for v in (a, b)) or (a == 0 and b == 0):
+        return None
+    return a, b
+
+
+def limit_kernel(K: Kernel) -> Kernel | None:
+    """The kernel of psi_inf (module docstring) for a psi that is not itself homogeneous, else None."""
+    if K in _DONE:
+        return _DONE[K]
+    out = None
+    if homogeneous(K.act.expr) is None:
+        ab = linear_growth(K.act.expr)
+        if ab is not None:
+            a, b = ab
+            expr = a * sp.Min(x, 0) + b * sp.Max(x, 0)
+            pool = "" if K.act.pool is None else f"+{K.act.pool}{K.act.k}"
+            name = f"{K.act.single.name}[q->inf]{pool}"
+            out = kernel(Activation(name, expr, K.act.pool, K.act.k))
+    _DONE[K] = out
+    return out

@@ -1,0 +1,103 @@
+"""Shipped tables (symfield/data, symfield.numeric.shipped): intact, current, used, and right.
+
+Oracles: the manifest's sha256 against the files' bytes; each shipped table against quadrature of the
+defining integral written here from phi alone (mpmath, tests/oracles.py), at seeded random points;
+a damaged shipped file is ignored (one warning) and the table built instead.
+"""
+import hashlib
+import json
+import math
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import TOL
+
+from symfield.numeric import shipped, table1d, tables
+from symfield.reports.ship_tables import MANIFEST, kernel_of
+
+MAN = json.loads((shipped.DATA / MANIFEST).read_text())
+SPECS = sorted({e["act"] for e in MAN.values()})
+
+
+def test_manifest_matches_the_files_and_stays_small():
+    files = {p.relative_to(shipped.DATA).as_posix() for p in shipped.DATA.rglob("*.npz")}
+    assert files == set(MAN), "every shipped file is in the manifest and vice versa"
+    for rel, e in MAN.items():
+        data = (shipped.DATA / rel).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == e["sha256"], rel
+        assert max(e["oracle_errors"].values()) <= 1e-12, (rel, e["oracle_errors"])
+    assert sum(e["bytes"] for e in MAN.values()) < 20e6
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_shipped_names_are_current(spec):
+    """A shipped file whose name no longer matches what the code looks up would be silently unused."""
+    K = kernel_of(spec)
+    want = {f"tables/{tables.ship_name(K)}"} if any(e["kind"] in ("general", "homogeneous")
+                                                     for e in MAN.values() if e["act"] == spec) else set()
+    import sympy as sp
+    act = f"{sp.srepr(K.act.expr)} pool {K.act.pool} k {K.act.k} kinks {tuple(K.kinks)!r}"
+    for what, expr in (("V", K.V), ("dpsi2", K.dpsi2)):
+        if expr.has(sp.Integral):
+            want.add(f"tables1d/{table1d.ship_name(f'{what} of {act}')}")
+    got = {rel for rel, e in MAN.items() if e["act"] == spec}
+    assert got == want
+
+
+def _mp_C(phi, q, c):
+    from oracles import mp_expect2
+    return float(mp_expect2(phi, phi, q, q, c * q, dps=30, degree=4))
+
+
+@pytest.mark.parametrize("spec", [s for s in ("tanh", "gelu") if s in SPECS])
+def test_shipped_table_is_loaded_and_agrees_with_mpmath(spec, tmp_path, monkeypatch):
+    import mpmath as mp
+    from oracles import mp_expect1
+    monkeypatch.setenv("SYMFIELD_CACHE", str(tmp_path))
+    K = kernel_of(spec)
+    T = tables._read(shipped.lookup("tables", tables.ship_name(K)), K, is_shipped=True)
+    assert T is not None and "shipped" in T.info
+    phi = {"tanh": mp.tanh, "gelu": lambda t: t * mp.ncdf(t)}[spec]
+    rng = np.random.default_rng(7)
+    for q, c in zip(np.exp(rng.uniform(-4, 1.2, 2)), rng.uniform(-0.95, 0.95, 2)):
+        q, c = float(q), float(c)
+        v = float(mp_expect1(lambda t: phi(t) ** 2, q, dps=20))
+        assert abs(T.V(q) - v) <= TOL["table_float64"] * v
+        assert abs(T.C(q, q, c * q) - _mp_C(phi, q, c)) <= TOL["table_float64"] * v
+
+
+def test_damaged_shipped_table_is_ignored_and_built(tmp_path):
+    """A shipped copy that fails its sha256 is warned about once, never rewritten, and the table built."""
+    spec = "relu+max2"
+    if spec not in SPECS:
+        pytest.skip("relu+max2 is not shipped")
+    K = kernel_of(spec)
+    data = tmp_path / "data" / "tables"
+    data.mkdir(parents=True)
+    src = shipped.DATA / "tables" / tables.ship_name(K)
+    bad = data / src.name
+    shutil.copy(src, bad)
+    raw = bytearray(bad.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    bad.write_bytes(bytes(raw))
+    before = bad.read_bytes()
+    code = ("import warnings, math; warnings.simplefilter('always')\n"
+            "from symfield.numeric import shipped, tables\n"
+            f"shipped.DATA = __import__('pathlib').Path({str(tmp_path / 'data')!r})\n"
+            "from symfield.reports.ship_tables import kernel_of\n"
+            f"T = tables.table(kernel_of({spec!r}))\n"
+            "print('shipped' in T.info, T.C(1.0, 1.0, 0.3))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                       env={**__import__("os").environ, "SYMFIELD_CACHE": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("shipped table ignored") == 1
+    used, C = r.stdout.split()
+    assert used == "False"
+    # relu+max2 at c = 0.3 (q = 1): E[max(u1,u2) max(v1,v2)] by the float64 argmax decomposition
+    from symfield.reports.bench_cold import max2_C
+    ref = max2_C(lambda t: np.maximum(t, 0.0), 1.0, 1.0, 0.3)
+    assert math.isclose(float(C), ref, rel_tol=0, abs_tol=1e-11)
+    assert bad.read_bytes() == before

@@ -52,8 +52,10 @@ BUILDS_TABLES = {"test_tables", "test_tables_distance", "test_table1d", "test_ca
 import pytest  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _shipped_tables(request, monkeypatch):
-    if request.module.__name__.rpartition(".")[2] in BUILDS_TABLES:
-        monkeypatch.setenv("SYMFIELD_SHIPPED", "0")
-    yield
+@pytest.fixture(autouse=True, scope="module")
+def _shipped_tables(request):
+    """Module scope, so module-scoped fixtures (caches built once per module) see it too."""
+    with pytest.MonkeyPatch.context() as mp_:
+        if request.module.__name__.rpartition(".")[2] in BUILDS_TABLES:
+            mp_.setenv("SYMFIELD_SHIPPED", "0")
+        yield

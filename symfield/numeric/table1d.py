@@ -21,6 +21,7 @@ import hashlib
 import numpy as np
 
 from symfield.core.files import cache_dir, load_checked_npz, quarantine, save_checked_npz, warn
+from symfield.core.progress import bar
 from symfield.core.version import __version__
 from symfield.numeric import chebyshev as cheb
 from symfield.numeric import shipped
@@ -42,7 +43,11 @@ class Table1D:
         if ship is not None and self._load(shipped.lookup("tables1d", ship_name(ship)), is_shipped=True):
             return
         f = lambda t: self.f(2.0 ** t)
-        panels = [pn for p in range(P_LO, P_HI) for pn in cheb.refine(f, float(p), float(p + 1), N, TOL, MAX_DEPTH)]
+        panels = []
+        with bar(P_HI - P_LO, "building a 1-D table of V or E[psi'^2]", "panel") as shown:
+            for p in range(P_LO, P_HI):
+                panels += cheb.refine(f, float(p), float(p + 1), N, TOL, MAX_DEPTH)
+                shown.update()
         self.lo = np.array([pn[0] for pn in panels])
         self.hi = np.array([pn[1] for pn in panels])
         self.coef = np.array([pn[2] for pn in panels])

@@ -70,16 +70,20 @@ import numpy as np
 import sympy as sp
 
 from symfield.core.files import cache_dir, load_checked_npz, quarantine, save_checked_npz, warn
+from symfield.core.progress import bar
 from symfield.core.version import __version__
 from symfield.numeric import chebyshev as cheb
-from symfield.numeric import codegen
+from symfield.numeric import codegen, shipped
 from symfield.numeric import evaluate as N
-from symfield.numeric import shipped
 from symfield.numeric import quadrature as QD
 from symfield.numeric.evaluate import evaluate
 from symfield.numeric.maxrule import Rule
 from symfield.symbolic.formula import X as x
-from symfield.symbolic.gaussian import homogeneous, q as Q, q1 as Q1, q2 as Q2, q12 as Q12
+from symfield.symbolic.gaussian import homogeneous
+from symfield.symbolic.gaussian import q as Q
+from symfield.symbolic.gaussian import q1 as Q1
+from symfield.symbolic.gaussian import q2 as Q2
+from symfield.symbolic.gaussian import q12 as Q12
 from symfield.symbolic.integrals import Kind, integrals, kinds
 from symfield.symbolic.kernel import Kernel, kernel
 
@@ -686,9 +690,10 @@ class Table:
             rcells, err["D"] = self._build_rcells(ev, qs, qh, ev.fast, xh)
         return Panel(vcoef, cells, err, rcells)
 
-    def ensure(self, q_lo=None, q_hi=None, progress=None):
+    def ensure(self, q_lo=None, q_hi=None):
         """Build the panels needed to cover [q_lo, q_hi] (contiguously with those present); returns
-        the number of panels built. Homogeneous kind: builds the theta-table once."""
+        the number of panels built (a progress bar on a terminal once it takes 2 s). Homogeneous kind:
+        builds the theta-table once."""
         t0 = time.perf_counter()
         ev = None
         built = []
@@ -710,16 +715,21 @@ class Table:
                 raise TableError(f"{self.name}: q = {q_hi:.3g} is beyond the table cap 2^{Q_CAP_EXP}")
             if self.panels:
                 lo, hi = min(lo, min(self.panels)), max(hi, max(self.panels))
-            for p in range(lo, hi + 1):
-                if p not in self.panels:
+            todo = [p for p in range(lo, hi + 1) if p not in self.panels]
+            with bar(len(todo) + 1, f"building the table of {self.name}", "step") as shown:
+                for p in todo:
                     ev = ev or self.evaluator()
-                    if progress:
-                        progress(p)
                     self.panels[p] = _accept(self, p, self._build_panel(ev, p))
+                    self._arrays = None
                     built.append(p)
+                    shown.update()
+                if built:
+                    self._mp_checks(built)
+                    shown.update()
         if built:
             self._arrays = None
-            self._mp_checks(built)
+            if self.kind == "homogeneous":
+                self._mp_checks(built)
             self.info["build_seconds"] += time.perf_counter() - t0
             save(self)
         return len(built)

@@ -1,0 +1,50 @@
+"""One-time work is never silently slow on a terminal (symfield.core.progress): a notice after 2 s,
+nothing when stderr is not a terminal (captured or piped)."""
+import os
+import subprocess
+import sys
+
+CODE = ("import time\n"
+        "from symfield.core.progress import bar\n"
+        "with bar(3, 'building the table of demo', 'step') as b:\n"
+        "    for _ in range(3):\n"
+        "        time.sleep({})\n"
+        "        b.update()\n")
+
+
+def _on_terminal(pause):
+    master, slave = os.openpty()
+    try:
+        p = subprocess.run([sys.executable, "-c", CODE.format(pause)], stderr=slave, stdout=subprocess.DEVNULL,
+                           timeout=60)
+        os.close(slave)
+        slave = None
+        chunks = []
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        return p.returncode, b"".join(chunks).decode(errors="replace")
+    finally:
+        if slave is not None:
+            os.close(slave)
+        os.close(master)
+
+
+def test_slow_work_on_a_terminal_is_announced():
+    rc, err = _on_terminal(1.0)
+    assert rc == 0 and "symfield: building the table of demo (one-time, then cached)" in err
+
+
+def test_quick_work_on_a_terminal_shows_nothing():
+    rc, err = _on_terminal(0.01)
+    assert rc == 0 and "building" not in err
+
+
+def test_slow_work_with_captured_stderr_shows_nothing():
+    p = subprocess.run([sys.executable, "-c", CODE.format(1.0)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stderr == ""

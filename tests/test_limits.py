@@ -6,6 +6,7 @@ error bound."""
 import math
 
 import mpmath as mp
+import numpy as np
 import pytest
 
 import symfield as sf
@@ -59,3 +60,15 @@ def test_neutral_cutoff_bound_holds_against_mpmath():
         e = 2 * R * math.sqrt(vi / q) + R * R / q
         assert abs(float(v) - vi) <= e and abs(float(c) - ci) <= e
         assert float(c / v) > 0.5
+
+
+def test_homogeneous_table_serves_every_q():
+    """relu+max2 is homogeneous (C(q, q, cq) = q C(1, 1, c)): its table answers at q = 1e6, 1e10 too (it used to
+    hand q >= 2^16 to the quadrature). Oracle: the float64 argmax decomposition at q = 1, times q."""
+    from symfield.reports.bench_cold import max2_C
+    M = fp.float_maps(kernel(sf.activation("relu", pool="max", k=2)))
+    q, c = np.array([1e6, 1e10]), np.array([0.3, -0.5])
+    got = M.C(q, c)
+    for i in range(2):
+        ref = q[i] * max2_C(lambda t: np.maximum(t, 0.0), 1.0, 1.0, c[i])
+        assert abs(got[i] - ref) <= 1e-12 * q[i]

@@ -177,7 +177,7 @@ class _Maps:
             return self._C(q, q, c * q)
         qf, cf = q.ravel(), c.ravel()
         out = np.full(qf.shape, np.nan)
-        ok = (qf >= 0) & (qf < 2.0 ** tables.Q_CAP_EXP * 0.99)
+        ok = (qf >= 0) & ((qf < 2.0 ** tables.Q_CAP_EXP * 0.99) | (self._T.kind == "homogeneous"))
         if ok.any():
             try:
                 if self._T.kind != "homogeneous":

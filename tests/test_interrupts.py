@@ -107,7 +107,14 @@ def test_chunk_size_follows_measured_time():
 
 
 CHILD = """
-import sys, time
+import signal, sys, time
+# a user's interpreter: the default Ctrl-C handler, SIGINT not blocked. A child inherits both its signal
+# disposition and its signal mask from the test process; after a long test session that state is not
+# guaranteed (this test timed out only inside the full suite), so the child restores it and reports it.
+inherited = (signal.getsignal(signal.SIGINT), sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+print('inherited SIGINT handler and mask', inherited, file=sys.stderr, flush=True)
 import symfield as sf
 sf.propagate('relu', 1.5, 0.1, 50, layers=[1])          # compiled (or loaded from the cache)
 print('started', flush=True)

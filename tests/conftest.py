@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import mpmath as mp
+import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))   # test helpers (oracles, latex_reader) import by name
 
@@ -48,8 +49,6 @@ def tol_dps(n, slack=TOL["dps_digits_slack"]):
 # runs as a user's process does, shipped tables on.
 BUILDS_TABLES = {"test_tables", "test_tables_distance", "test_table1d", "test_cache_hostile"}
 
-
-import pytest  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")

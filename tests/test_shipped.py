@@ -17,6 +17,7 @@ from conftest import TOL
 
 from symfield.numeric import shipped, table1d, tables
 from symfield.reports.ship_tables import MANIFEST, kernel_of
+from symfield.theory.fixedpoint import shipped_1d_name
 
 MAN = json.loads((shipped.DATA / MANIFEST).read_text())
 SPECS = sorted({e["act"] for e in MAN.values()})
@@ -39,10 +40,9 @@ def test_shipped_names_are_current(spec):
     want = {f"tables/{tables.ship_name(K)}"} if any(e["kind"] in ("general", "homogeneous")
                                                      for e in MAN.values() if e["act"] == spec) else set()
     import sympy as sp
-    act = f"{sp.srepr(K.act.expr)} pool {K.act.pool} k {K.act.k} kinks {tuple(K.kinks)!r}"
     for what, expr in (("V", K.V), ("dpsi2", K.dpsi2)):
         if expr.has(sp.Integral):
-            want.add(f"tables1d/{table1d.ship_name(f'{what} of {act}')}")
+            want.add(f"tables1d/{table1d.ship_name(shipped_1d_name(K, what))}")
     got = {rel for rel, e in MAN.items() if e["act"] == spec}
     assert got == want
 

@@ -224,8 +224,9 @@ def polar_distance(P, theta):
 class _Polar2:
     """Vectorised E[f(u) g(v)] at arrays (q1, q2, q12) via polar_coefficients (cached per (q1, q2))."""
 
-    def __init__(self, f, g, parity):
+    def __init__(self, f, g, parity, expr=None):
         self.f, self.g, self.parity, self.cache = f, g, parity, {}
+        self.expr = expr     # f's SymPy expression (f = g), when known
 
     def coefficients(self, q1, q2):
         k = (float(q1), float(q2))
@@ -274,8 +275,7 @@ class Evaluator:
                 f = N.vectorised(spec.f, N.NUMPY_MODULES)
                 g = f if spec.g == spec.f else N.vectorised(spec.g, N.NUMPY_MODULES)
                 # parity of the pair: both odd -> odd modes only, both even -> even modes only
-                impls[name] = _Polar2(f, g, parity if spec.f == spec.g else 0)
-                impls[name].expr = spec.f
+                impls[name] = _Polar2(f, g, parity if spec.f == spec.g else 0, spec.f if spec.g == spec.f else None)
             else:
                 impls[name] = N.integral_rule(spec, tuple(K.kinks), None)
                 fast = False
@@ -312,9 +312,10 @@ class Evaluator:
         return out
 
 
-def _shifted(expr, z0=1e-2, order=14):
-    """h(z) = phi(z) - phi(0) on float64 arrays without cancellation near 0 (its Taylor polynomial for
-    |z| < z0, truncation ~ z0^order; directly above), or None if SymPy gives no series. The modes m >= 1
+def _shifted(expr, f, z0=1e-2, order=14):
+    """h(z) = phi(z) - phi(0) on float64 arrays (f: phi vectorised, expr: its SymPy expression) without
+    cancellation near 0 (its Taylor polynomial for |z| < z0, truncation ~ z0^order; f(z) - phi(0) above),
+    or None if SymPy gives no series. The modes m >= 1
     of the polar rule (all that V - C needs) are those of h; from phi itself they lose digits as q -> 0
     (a constant of size phi(0) under a variation of size sqrt(q))."""
     try:
@@ -323,7 +324,6 @@ def _shifted(expr, z0=1e-2, order=14):
         f0 = float(expr.subs(x, 0))
     except Exception:
         return None
-    f = N.vectorised(expr, N.NUMPY_MODULES)
 
     def h(z):
         z = np.asarray(z, dtype=float)
@@ -514,9 +514,8 @@ class Table:
         if pol is None and self.K.act.pool == "avg" and len(ev.polars) == 1:
             pol, scale = ev.polars[0], 1.0 / self.K.act.k   # V - C = (V_phi - C_phi)/k at equal norms
         how = None
-        if pol is not None and pol.f is pol.g and getattr(pol, "expr", None) is not None \
-                and float(pol.f(np.zeros(1))[0]) != 0.0:     # phi(0) != 0: the modes m >= 1 of phi - phi(0)
-            h = _shifted(pol.expr)
+        if pol is not None and pol.expr is not None and float(pol.f(np.zeros(1))[0]) != 0.0:
+            h = _shifted(pol.expr, pol.f)       # phi(0) != 0: the modes m >= 1 of phi - phi(0)
             pol = _Polar2(h, h, pol.parity) if h is not None else pol
         if pol is not None and pol.f is pol.g:
             def R(q, th):
@@ -695,19 +694,8 @@ class Table:
         the number of panels built (a progress bar on a terminal once it takes 2 s). Homogeneous kind:
         builds the theta-table once."""
         t0 = time.perf_counter()
-        ev = None
-        built = []
         if self.kind == "homogeneous":
-            if 0 in self.panels:
-                return 0
-            ev = self.evaluator()
-            self.V1 = float(ev.V(np.array([1.0]))[0])
-            cells, err = self._build_cells(ev, np.array([1.0]), np.array([1.0]), None, True)
-            rcells = []
-            if ev.R is not None:
-                rcells, err["D"] = self._build_rcells(ev, np.array([1.0]), np.array([1.0]), True, None)
-            self.panels[0] = _accept(self, 0, Panel(np.zeros(0), cells, err, rcells))
-            built = [0]
+            todo = [] if 0 in self.panels else [0]
         else:
             lo = panel_of(max(q_lo, 0.0))
             hi = panel_of(q_hi)
@@ -716,23 +704,29 @@ class Table:
             if self.panels:
                 lo, hi = min(lo, min(self.panels)), max(hi, max(self.panels))
             todo = [p for p in range(lo, hi + 1) if p not in self.panels]
-            with bar(len(todo) + 1, f"building the table of {self.name}", "step") as shown:
-                for p in todo:
-                    ev = ev or self.evaluator()
-                    self.panels[p] = _accept(self, p, self._build_panel(ev, p))
-                    self._arrays = None
-                    built.append(p)
-                    shown.update()
-                if built:
-                    self._mp_checks(built)
-                    shown.update()
-        if built:
+        if not todo:
+            return 0
+        ev = self.evaluator()
+        with bar(len(todo) + 1, f"building the table of {self.name}", "step") as shown:
+            for p in todo:
+                pn = self._build_theta_table(ev) if self.kind == "homogeneous" else self._build_panel(ev, p)
+                self.panels[p] = _accept(self, p, pn)
+                shown.update()
             self._arrays = None
-            if self.kind == "homogeneous":
-                self._mp_checks(built)
-            self.info["build_seconds"] += time.perf_counter() - t0
-            save(self)
-        return len(built)
+            self._mp_checks(todo)
+            shown.update()
+        self.info["build_seconds"] += time.perf_counter() - t0
+        save(self)
+        return len(todo)
+
+    def _build_theta_table(self, ev):
+        """The one panel of the homogeneous kind: theta-cells at q = 1 (and V1 = V(1))."""
+        self.V1 = float(ev.V(np.array([1.0]))[0])
+        cells, err = self._build_cells(ev, np.array([1.0]), np.array([1.0]), None, True)
+        rcells = []
+        if ev.R is not None:
+            rcells, err["D"] = self._build_rcells(ev, np.array([1.0]), np.array([1.0]), True, None)
+        return Panel(np.zeros(0), cells, err, rcells)
 
     def _mp_checks(self, built, n=None):
         """Random points in the new panels against mpmath (dps quadrature of the defining integral)."""
@@ -1094,7 +1088,7 @@ def save(T, path=None):
         for p, pn in other.panels.items():
             T.panels.setdefault(p, pn)
     data = {}
-    info = {k: v for k, v in T.info.items() if not (ship and k in ("path", "shipped"))}
+    info = {k: v for k, v in T.info.items() if k not in ("path", "shipped")}   # set when read
     meta = dict(kind=T.kind, degree=T.degree, parity=T.parity, psi0sq=T.psi0sq, V1=T.V1, info=info,
                 panels={})
     for p, pn in T.panels.items():
@@ -1150,7 +1144,7 @@ def _read(path, K, is_shipped=False):
         else:
             quarantine(path, f"{type(err).__name__}: {err}")
         return None
-    T.info.pop("path", None)
+    T.info.pop("path", None)     # files written before paths were left out
     T.info["shipped" if is_shipped else "path"] = str(path)
     return T
 

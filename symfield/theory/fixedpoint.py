@@ -36,7 +36,7 @@ import numpy as np
 from symfield.core import validate as check
 from symfield.numeric import tables
 from symfield.numeric.distance import rule as distance_rule
-from symfield.numeric.evaluate import evaluate, evaluator, to_mpf
+from symfield.numeric.evaluate import NUMPY_MODULES, evaluate, evaluator, to_mpf, vectorised
 from symfield.numeric.table1d import Table1D
 from symfield.numeric.vroot import vroot
 from symfield.symbolic.gaussian import homogeneous
@@ -108,6 +108,13 @@ def _degree_one(K):
     return _DEGREE_ONE[K]
 
 
+def shipped_1d_name(K, what) -> str:
+    """The stable name of K's 1-D table of ``what`` ("V" or "dpsi2") among the shipped tables: what it
+    tabulates (phi's expression, pool, k, kinks), not how SymPy writes the integral."""
+    import sympy as sp
+    return f"{what} of {sp.srepr(K.act.expr)} pool {K.act.pool} k {K.act.k} kinks {tuple(K.kinks)!r}"
+
+
 class _Maps:
     """float64 maps of one kernel, vectorised over arrays: V(q), dpsi2(q), C(q, c) = C(q, q, c q).
 
@@ -122,11 +129,11 @@ class _Maps:
         self._V = evaluator(K.V, (Q,), K.kinks)
         self._d = evaluator(K.dpsi2, (Q,), K.kinks)
         self._C = evaluator(K.C, (Q1, Q2, Q12), K.kinks)
-        act = f"{sp.srepr(K.act.expr)} pool {K.act.pool} k {K.act.k} kinks {tuple(K.kinks)!r}"
         if K.V.has(sp.Integral):
-            self._V = Table1D(self._V, key=f"V {sp.srepr(K.V)} kinks {K.kinks!r}", ship=f"V of {act}")
+            self._V = Table1D(self._V, key=f"V {sp.srepr(K.V)} kinks {K.kinks!r}", ship=shipped_1d_name(K, "V"))
         if K.dpsi2.has(sp.Integral):
-            self._d = Table1D(self._d, key=f"dpsi2 {sp.srepr(K.dpsi2)} kinks {K.kinks!r}", ship=f"dpsi2 of {act}")
+            self._d = Table1D(self._d, key=f"dpsi2 {sp.srepr(K.dpsi2)} kinks {K.kinks!r}",
+                              ship=shipped_1d_name(K, "dpsi2"))
         self._T = None
         if K.C.has(sp.Integral):
             try:
@@ -793,7 +800,6 @@ def _no_neutrality(K, N):
 def _deviation(K, LK):
     """sup_x |phi(x) - phi_inf(x)| (on 40001 points of [-80, 80], x 1.05), or inf where it still grows
     at |x| = 1e6 (phi - phi_inf unbounded)."""
-    from symfield.numeric.evaluate import NUMPY_MODULES, vectorised
     f = vectorised(K.act.single.expr - LK.act.single.expr, NUMPY_MODULES)
     with np.errstate(all="ignore"):
         inner = np.abs(np.broadcast_to(f(np.linspace(-80.0, 80.0, 40001)), (40001,)))

@@ -20,6 +20,8 @@ from symfield.symbolic.kernel import Kernel, kernel
 from symfield.theory import igb
 from symfield.theory.divergence import divergence
 from symfield.theory.finite_width import finite_width
+from symfield.theory.gram import GramFluctuations, gram_fluctuations
+from symfield.theory.width_gain import WidthGain, width_gain
 from symfield.theory.fixedpoint import (
     c_star,
     eoc,
@@ -54,6 +56,8 @@ __all__ = [
     "PhaseDiagram", "phase_diagram",
     # recursions
     "propagate", "divergence", "finite_width", "igb",
+    # finite width, two inputs
+    "gram_fluctuations", "GramFluctuations", "width_gain", "WidthGain",
     # finite width by simulation
     "simulate", "class_gradients", "finite_data_gamma",
     # reports and sweeps

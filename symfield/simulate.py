@@ -58,6 +58,8 @@ from symfield.symbolic.formula import X as x
 _F = "simulate"
 QUANTILES = (0.05, 0.5, 0.95)
 PAIR_CAP = 50_000         # at most this many (pair, network) correlations per layer enter the quantiles
+GRAM_MAX_PAIRS = 28       # the full per-network Gram matrices are kept for up to 8 inputs
+GRAM_MAX_ELEMENTS = 1 << 25  # ... and while they hold at most 32M numbers (256 MB)
 BATCH_ELEMENTS = 1 << 22  # networks are batched so that a batch holds ~4M pre-activations
 
 
@@ -250,7 +252,9 @@ def _psd_sqrt(M):
 
 
 def _gram(A):
-    """A A^T for a stack (B, P, n), one 2-D product per item (so BLAS can use syrk)."""
+    """A A^T for a stack (B, P, n): one einsum for a few inputs, else one 2-D product per item (BLAS syrk)."""
+    if A.shape[1] <= 8:
+        return np.einsum("bpn,bqn->bpq", A, A)
     return np.stack([a @ a.T for a in A])
 
 
@@ -325,6 +329,7 @@ class Simulation:
     inputs: np.ndarray = field(repr=False)
     method: str = "gram"
     params: dict = field(default_factory=dict)
+    gram: np.ndarray | None = field(default=None, repr=False)   # (n_networks, depth, P, P) for P <= 8
 
     @property
     def c05(self):
@@ -369,6 +374,8 @@ class _Acc:
         self.rows = {n: np.full((n_networks, depth), np.nan) for n in PerNetwork.__dataclass_fields__}
         self.cvals = [[] for _ in range(depth)]
         self.pair_idx = pair_idx
+        keep = n_pairs <= GRAM_MAX_PAIRS and n_networks * depth * 64 <= GRAM_MAX_ELEMENTS
+        self.gram = np.full((n_networks, depth) + (0, 0), np.nan) if keep else None
 
     def add(self, layer, nets, H, G):
         """H (B, P, N) pre-activations of layer (0-based) for networks ``nets``; G (B, P) conditional variances."""
@@ -380,8 +387,14 @@ class _Acc:
             r["m4"][nets, layer] = (H2 * H2).mean(axis=(1, 2))
         r["g1"][nets, layer] = G.mean(axis=1)
         r["g2"][nets, layer] = (G * G).mean(axis=1)
+        Q = None
         if P >= 2:
             Q = _gram(H) / N
+        if self.gram is not None:
+            if self.gram.shape[-1] != P:
+                self.gram = np.full(self.gram.shape[:2] + (P, P), np.nan)
+            self.gram[nets, layer] = Q if Q is not None else H2.mean(axis=2)[:, :, None]
+        if P >= 2:
             diag = np.diagonal(Q, axis1=1, axis2=2)
             i, j = self.pair_idx
             off = Q[:, i, j]
@@ -413,7 +426,8 @@ class _Acc:
                 q=q, qab=n.qab.mean(0), c=n.c.mean(0), c_quantiles=quant, V=V, Vtilde=Vt, gamma=Vt / V,
                 kurtosis=n.m4.mean(0) / q**2 - 3, gamma_norm=n.Vtilde_norm.mean(0) / n.V_norm.mean(0), q_cond=g1,
                 kurtosis_cond=3 * g2 / g1**2 - 3 if conditional else np.full(depth, np.nan),
-                networks=n, layers=np.arange(1, depth + 1), inputs=inputs, method=method, params=params)
+                networks=n, layers=np.arange(1, depth + 1), inputs=inputs, method=method, params=params,
+                gram=self.gram)
 
 
 def simulate(act, width, depth, sigma_w2, sigma_b2, n_inputs, n_networks=1, seed=0, residual=None, *,
@@ -429,7 +443,9 @@ def simulate(act, width, depth, sigma_w2, sigma_b2, n_inputs, n_networks=1, seed
         gamma  = Vtilde / V                          kurtosis = E h^4 / (E h^2)^2 - 3
 
     Infinite width: q, qab, c -> sf.propagate; E[V] = (q - qab)(1 - 1/P) and E[Vtilde] = qab +
-    (q - qab)/P (:func:`finite_data_gamma`). ``method="gram"`` (default) samples each layer
+    (q - qab)/P (:func:`finite_data_gamma`). With at most 8 inputs (and n_networks x depth <= 2^19)
+    ``.gram`` holds every network's empirical Gram matrix (1/N) sum_i h_ia h_ib per layer, shape
+    (n_networks, depth, P, P); otherwise it is None. ``method="gram"`` (default) samples each layer
     exactly from its P x P Gram matrix (module docstring); ``"weights"`` uses explicit weight
     matrices. ``residual=alpha``: h^(l+1) = h^(l) + alpha (W y^(l) + b) for l >= 1.
     ``blas_threads``: BLAS threads during the run (default 1; None leaves the setting alone). The

@@ -90,7 +90,8 @@ def test_overflow_grid_status_codes_never_non_finite_with_status_zero():
         assert np.isfinite(p.q[last - 1, i, j]) and not np.isfinite(p.q[last + 1, i, j])
 
 
-@pytest.mark.parametrize("name", ["relu", "abs", "leaky_relu", "linear", "erf", "erf(2, 0.5)", "sin", "cos",
+@pytest.mark.parametrize("name", ["relu", "abs", "leaky_relu", "linear", "erf", pytest.param("erf(2, 0.5)", marks=pytest.mark.slow),
+                                  "sin", "cos",
                                   "x**3 + x"])
 def test_closed_distance_forms_match_the_defining_integral(name):
     """The stable D(q, d): against 2 E[psi^2] - 2 E[psi(u) psi(v)] by mpmath quadrature of the defining

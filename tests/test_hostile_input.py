@@ -63,7 +63,7 @@ def _mp_V(g, kinks):
 
 @pytest.mark.parametrize("formula,g,kinks", [
     ("tanh(min(x,1))", lambda t: mp.tanh(min(t, 1)), [1]),
-    ("min(x**2,1)", lambda t: min(t**2, 1), [-1, 1]),
+    pytest.param("min(x**2,1)", lambda t: min(t**2, 1), [-1, 1], marks=pytest.mark.slow),
     ("max(x, sqrt(2))", lambda t: max(t, mp.sqrt(2)), [mp.sqrt(2)]),
     ("tanh(max(x,-1))+1", lambda t: mp.tanh(max(t, -1)) + 1, [-1]),
 ])

@@ -63,6 +63,7 @@ def test_non_monotone_max_warns_and_declares_the_level_set_method():
         sf.activation("tanh", pool="max", k=2)  # monotone: no warning
 
 
+@pytest.mark.slow
 def test_dps_on_the_covariance_integral_is_refused_clearly():
     """Non-monotone (level-set) C and dC have dps= (below) except at |c| = 1 with q1 != q2
     and, for C, with a flat piece at a nonzero value (ties); those are refused and say so."""
@@ -409,6 +410,7 @@ def mean_max_abs(q, dps):
         return mp.quad(lambda x: 1 - (2 * mp.ncdf(x / s) - 1) ** 2, [0, s, 4 * s, mp.inf])
 
 
+@pytest.mark.slow
 def test_abs_c0_exact():
     """c = 0: C = mean(q1) mean(q2), dC = E[sign(u_A)] E[sign(v_B)] / k = 0 (abs' = sign is odd, u_A symmetric)."""
     act = nm("abs", 2)

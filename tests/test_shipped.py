@@ -52,7 +52,8 @@ def _mp_C(phi, q, c):
     return float(mp_expect2(phi, phi, q, q, c * q, dps=30, degree=4))
 
 
-@pytest.mark.parametrize("spec", [s for s in ("tanh", "gelu") if s in SPECS])
+@pytest.mark.parametrize("spec", [pytest.param(s, marks=pytest.mark.slow) if s == "gelu" else s
+                                  for s in ("tanh", "gelu") if s in SPECS])
 def test_shipped_table_is_loaded_and_agrees_with_mpmath(spec, tmp_path, monkeypatch):
     import mpmath as mp
     from oracles import mp_expect1

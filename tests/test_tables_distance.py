@@ -268,7 +268,7 @@ def test_fallback_is_flagged(monkeypatch, tmp_path):
     assert T.D(q, q, q12, 2 * (q - q12)) == pytest.approx(2 * T.V(q) - 2 * T.C(q, q, q12), rel=1e-14)
 
 
-@pytest.mark.parametrize("name, phi", [("softplus", lambda t: mpmath.log1p(mpmath.exp(t))),
+@pytest.mark.parametrize("name, phi", [pytest.param("softplus", lambda t: mpmath.log1p(mpmath.exp(t)), marks=pytest.mark.slow),
                                        ("sigmoid", lambda t: 1 / (1 + mpmath.exp(-t)))])
 def test_phi0_nonzero_panel_zero_is_relative_accurate(name, phi):
     """phi(0) != 0: the R-cells of panel 0 (q down to ~1e-27) come from the modes of phi - phi(0) (its Taylor

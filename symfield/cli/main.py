@@ -385,6 +385,53 @@ def cmd_simulate(args):
                               f"{int(th.status)}: {th.STATUS[int(th.status)]})")
 
 
+def cmd_gram(args):
+    import numpy as np
+
+    from symfield.theory.gram import gram_fluctuations
+    out, plot = _files(args)
+    try:
+        q0 = tuple(float(v) for v in args.q0.split(","))
+    except ValueError:
+        raise ValueError(f"--q0 must be three numbers QA,QB,QAB; got {args.q0!r}") from None
+    act = act_arg(args)
+    n = args.width
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"--width must be an integer >= 1; got {n}")
+    g = gram_fluctuations(act, args.sigma_w2, args.sigma_b2, args.depth, q0=q0, residual=args.residual, dps=args.dps)
+    cov = g.gram_cov
+    data = {"K_aa": g.K[:, 0], "K_bb": g.K[:, 1], "K_ab": g.K[:, 2],
+            "K1_aa": g.K1[:, 0], "K1_bb": g.K1[:, 1], "K1_ab": g.K1[:, 2],
+            **{f"cov_{a}_{b}": cov[:, i, j] for i, j, a, b in ((0, 0, "aa", "aa"), (1, 1, "bb", "bb"), (2, 2, "ab", "ab"),
+                                                                  (0, 1, "aa", "bb"), (0, 2, "aa", "ab"), (1, 2, "bb", "ab"))},
+            "c": g.c, "c_mean": g.c_mean(n), "c_sd": np.array([v ** 0.5 for v in g.c_var(n)], dtype=g.K.dtype),
+            "gamma": g.gamma, "gamma_mean": g.gamma_mean(n),
+            "gamma_sd": np.array([v ** 0.5 for v in g.gamma_var(n)], dtype=g.K.dtype), "status": g.status}
+    if plot is not None:
+        from symfield.io import plots
+        sim = None
+        if args.n_networks:
+            from symfield.simulate import simulate
+            sim = simulate(act, n, args.depth, args.sigma_w2, args.sigma_b2, 2, args.n_networks, args.seed,
+                           inputs=_two_inputs(q0))
+        plots.gram_bands(g, sim, width=n, path=plot)
+    _emit(args, out, data, {"layer": g.layers}, _params(args, derivatives=g.moments.methods["derivatives"]),
+          dps=args.dps, summary={"layer": g.layers, **data, "plot": str(plot) if plot else None})
+    return _check(args, {k: np.asarray(v, float) for k, v in data.items()}, "non-finite values or a flagged "
+                  "numeric derivative (status column)") or (INCOMPLETE if (g.status != 0).any() else 0)
+
+
+def _two_inputs(q0, d=64):
+    """Two input vectors of dimension d with |x_a|^2/d, |x_b|^2/d, x_a.x_b/d = q0."""
+    import numpy as np
+    qa, qb, qab = q0
+    X = np.zeros((2, d))
+    X[0, 0] = np.sqrt(qa * d)
+    X[1, 0] = qab * d / X[0, 0]
+    X[1, 1] = np.sqrt(max(qb * d - X[1, 0] ** 2, 0.0))
+    return X
+
+
 def cmd_gradients(args):
     from symfield.simulate import class_gradients
     out, plot = _files(args)
@@ -443,7 +490,7 @@ def cmd_bench(args):
 
 COMMANDS = {"list": cmd_list, "kernel": cmd_kernel, "map": cmd_map, "qstar": cmd_qstar, "eoc": cmd_eoc,
             "eoc-curve": cmd_line, "neutrality": cmd_line, "propagate": cmd_propagate, "phase": cmd_phase,
-            "divergence": cmd_divergence, "simulate": cmd_simulate, "gradients": cmd_gradients,
+            "divergence": cmd_divergence, "simulate": cmd_simulate, "gram": cmd_gram, "gradients": cmd_gradients,
             "derive": cmd_derive, "verify": cmd_verify, "sweep": cmd_sweep, "bench": cmd_bench}
 
 

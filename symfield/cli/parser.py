@@ -121,6 +121,21 @@ def _simulate(p):
     _files(p, "c^(l) and gamma^(l) against depth with the simulated 5-95 percent band")
 
 
+def _gram(p):
+    _common(p)
+    _point(p)
+    p.add_argument("--depth", type=int, default=10, help="layers L (default 10)")
+    p.add_argument("--width", type=int, required=True, help="hidden width n for the mean, spread and plot")
+    p.add_argument("--q0", default="1,1,0", metavar="QA,QB,QAB",
+                   help="the two inputs: |x_a|^2/n0, |x_b|^2/n0, x_a.x_b/n0 (default 1,1,0)")
+    p.add_argument("--residual", type=float, metavar="ALPHA", help="residual blocks (not covered yet: refused)")
+    _dps(p)
+    p.add_argument("--n-networks", type=int, default=200,
+                   help="networks simulated for --plot (default 200; 0 draws the theory alone)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the simulation (default 0)")
+    _files(p, "theory bands of the Gram entries per layer over simulated networks")
+
+
 def _gradients(p):
     _common(p)
     _point(p)
@@ -188,6 +203,10 @@ SUBCOMMANDS = (
      ["symfield simulate tanh --sigma-w2 2.5 --sigma-b2 0.1 --width 2000 --depth 60 -o sim.nc",
       "symfield simulate relu --sigma-w2 2 --sigma-b2 0 --n-networks 8 --plot depth.png --json",
       "symfield simulate tanh --sigma-w2 1.5 --sigma-b2 0.05 --depth 200 --residual 0.07"], _simulate),
+    ("gram", "finite-width Gram matrix of two inputs: mean, n Cov and the spread of c and gamma at width n",
+     ["symfield gram relu --sigma-w2 2 --sigma-b2 0 --depth 6 --width 200 --q0 1,1,0.3",
+      "symfield gram tanh --sigma-w2 1.5 --sigma-b2 0.1 --depth 8 --width 256 --plot gram.png",
+      "symfield gram erf --sigma-w2 1.2 --sigma-b2 0.05 --depth 4 --width 100 --dps 30 --json"], _gram),
     ("gradients", "per-class gradients (favoured / unfavoured class) per layer, softmax cross-entropy",
      ["symfield gradients relu --sigma-w2 2.5 --sigma-b2 0.1 --width 300 --depth 20 --plot grad.png",
       "symfield gradients tanh --sigma-w2 3 --sigma-b2 0.05 --n-networks 8 -o grad.nc"], _gradients),

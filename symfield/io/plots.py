@@ -209,3 +209,41 @@ def class_gradients(g, path=None, title=None):
     ax.set_title(title or f"{p.get('act', '')}: gradients per class at initialisation "
                           f"($\\sigma_w^2$={p.get('sigma_w2', '?')}, $\\sigma_b^2$={p.get('sigma_b2', '?')})", fontsize=9)
     return _finish(fig, path)
+
+
+def gram_bands(g, sim=None, width=None, path=None, axes=None, title=None):
+    """Finite-width Gram entries per layer: the theory band K + K1/n +- 2 sqrt(diag(gram_cov)/n) of a
+    :func:`symfield.gram_fluctuations` result ``g`` and, with ``sim`` (a :func:`symfield.simulate`
+    result on two inputs), every simulated network's entries (dots) and their mean (crosses).
+    ``width`` defaults to the simulation's. Three panels: Ghat_aa, Ghat_bb, Ghat_ab. Returns the figure."""
+    plt = _pyplot()
+    n = width if width is not None else (sim.params["width"] if sim is not None else None)
+    if n is None:
+        raise ValueError("gram_bands: give width= (or a simulation) to draw the width-n band")
+    if axes is None:
+        fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), dpi=120)
+    else:
+        fig = axes[0].figure
+    layers = np.asarray(g.layers)
+    lo, hi = g.band(n)
+    mean = g.mean(n).astype(float)
+    names = ("$\\hat G_{aa}$", "$\\hat G_{bb}$", "$\\hat G_{ab}$")
+    for e, (ax, name) in enumerate(zip(axes, names)):
+        ax.fill_between(layers, lo[:, e].astype(float), hi[:, e].astype(float), color="#4c72b0", alpha=0.25,
+                        label=f"theory: mean $\\pm$ 2 sd at n = {n}")
+        ax.plot(layers, np.asarray(g.K[:, e], float), "k-", lw=1.5, label="infinite width $K$")
+        ax.plot(layers, mean[:, e], color="#4c72b0", lw=1, ls="--", label="$K + K_1/n$")
+        if sim is not None and sim.gram is not None:
+            i, j = ((0, 0), (1, 1), (0, 1))[e]
+            vals = sim.gram[:, : len(layers), i, j]
+            jitter = (np.random.default_rng(0).random(vals.shape) - 0.5) * 0.3
+            ax.plot((layers[None, :] + jitter).ravel(), vals.ravel(), ".", color="#c44e52", ms=2, alpha=0.3,
+                    label=f"simulated networks ({vals.shape[0]})")
+            ax.plot(layers, vals.mean(axis=0), "x", color="#c44e52", ms=6, label="simulated mean")
+        ax.set_xlabel("layer $l$")
+        ax.set_title(name)
+    axes[0].legend(fontsize=7)
+    p = g.params
+    fig.suptitle(title or f"{p.get('act', '')}: $\\sigma_w^2$ = {p.get('sigma_w2')}, $\\sigma_b^2$ = {p.get('sigma_b2')}, "
+                 f"width {n}, inputs $q_0$ = {tuple(p.get('q0', ()))}", y=1.03)
+    return _finish(fig, path)

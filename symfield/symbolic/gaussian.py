@@ -95,13 +95,54 @@ def homogeneous(f):
 
 def _arccos_pair(hf, hg):
     (n, a1, b1), (m, a2, b2) = hf, hg
-    if n != m or n > 1:
-        return None
     S = sp.sqrt(q1 * q2 - q12**2)
     theta = sp.atan2(S, q12)
+    if n != m or n > 1:
+        return _arccos_degrees(hf, hg, S, theta)
     if n == 1:
         return sp.simplify((a1 * a2 + b1 * b2) * (S + (sp.pi - theta) * q12) - (a1 * b2 + a2 * b1) * (S - theta * q12)) / (2 * sp.pi)
     return ((a1 * a2 + b1 * b2) * (sp.pi - theta) + (a1 * b2 + a2 * b1) * theta) / (2 * sp.pi)
+
+
+def _arccos_degrees(hf, hg, S, theta):
+    """E[f(u) g(v)] for homogeneous f, g of any degrees n, m (the arc-cosine kernels of higher order).
+
+    In polar coordinates (z1, z2) = r (cos t, sin t): u = sqrt(q1) r cos t, v = sqrt(q2) r cos(t - theta),
+    so E = q1^(n/2) q2^(m/2) 2^((n+m)/2) Gamma((n+m)/2 + 1) A, with the angular mean
+    A = (1/2pi) int f(cos t) g(cos(t - theta)) dt over four arcs where the signs are fixed. On each arc
+    cos^n t cos^m(t - theta) is a trigonometric polynomial, integrated term by term in e^(ikt); the
+    result is a polynomial in cos theta, sin theta and theta (Chebyshev T_p, U_p for cos p theta, sin p theta).
+    """
+    (n, a1, b1), (m, a2, b2) = hf, hg
+    # arcs (lo, hi) as (multiple of theta, multiple of pi/2), with the sign pattern's coefficient
+    arcs = [((0, -1), (1, -1), b1 * a2), ((1, -1), (0, 1), b1 * b2), ((0, 1), (1, 1), a1 * b2), ((1, 1), (0, 3), a1 * a2)]
+    terms = {}                                  # (theta power, p) -> coefficient of theta^e e^(i p theta)
+
+    def add(key, c):
+        terms[key] = terms.get(key, 0) + c
+    for j in range(n + 1):
+        for l in range(m + 1):
+            w = sp.Rational(comb(n, j) * comb(m, l), 2 ** (n + m))
+            k, r = 2 * j - n + 2 * l - m, m - 2 * l          # e^(i k t) e^(i r theta)
+            for (lt, lp), (ht, hp), coef in arcs:
+                if coef == 0:
+                    continue
+                if k == 0:
+                    add((1, r), w * coef * (ht - lt))
+                    add((0, r), w * coef * sp.Rational(hp - lp, 2) * sp.pi)
+                else:
+                    add((0, r + k * ht), w * coef * sp.I ** (k * hp) / (sp.I * k))
+                    add((0, r + k * lt), -w * coef * sp.I ** (k * lp) / (sp.I * k))
+    C, s = q12 / sp.sqrt(q1 * q2), S / sp.sqrt(q1 * q2)
+    A = sp.Integer(0)
+    for (e, p), c in terms.items():
+        c = sp.expand(c)
+        re, im = sp.re(c), sp.im(c)
+        cos_p = sp.chebyshevt(abs(p), C)
+        sin_p = sp.sign(p) * s * sp.chebyshevu(abs(p) - 1, C) if p else 0
+        A += theta**e * (re * cos_p - im * sin_p)
+    radial = 2 ** sp.Rational(n + m, 2) * sp.gamma(sp.Rational(n + m, 2) + 1)
+    return sp.expand(q1 ** sp.Rational(n, 2) * q2 ** sp.Rational(m, 2) * radial * A / (2 * sp.pi))
 
 
 def _halfmoment(n):

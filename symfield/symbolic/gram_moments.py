@@ -1,0 +1,202 @@
+"""The two-input Gaussian integrals of the finite-width Gram theory, as SymPy expressions.
+
+With (u, v) ~ N(0, [[q1, q12], [q12, q2]]) and psi the activation (or its pool over k nodes):
+
+    C(q1, q2, q12) = E[psi(u) psi(v)],    m_ij = E[psi(u)^i psi(v)^j]  (i + j = 4)
+
+and the derivatives of C in (q1, q2, q12). Derivatives of an unevaluated E[f(u) g(v)] stay integrals:
+
+    dI/dq12 = E[f'(u) g'(v)]                                 (Price's theorem)
+    dI/dq1  = (E[(x f')(u) g(v)] - q12 E[f'(u) g'(v)]) / (2 q1)  (scale u by s: 2 q1 d1 + q12 d12 = d/ds)
+
+and dI/dq = E[(x f')(sqrt(q) z)]/(2q) for one-input integrals. They need f' free of point masses;
+max-pool integrals are not differentiated here (``derivatives`` returns None and the caller
+differentiates numerically).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from math import factorial
+
+import sympy as sp
+
+from symfield.symbolic import gaussian as G
+from symfield.symbolic.activation import Activation, activation, is_monotone
+from symfield.symbolic.formula import X as x
+from symfield.symbolic.integrals import GaussianIntegral, Kind
+from symfield.symbolic.kernel import kernel
+from symfield.symbolic.pool import max_expect1, max_integral2
+
+q, q1, q2, q12 = G.q, G.q1, G.q2, G.q12
+VARS = (q1, q2, q12)
+
+
+@dataclass(frozen=True)
+class GramMoments:
+    """C, its gradient and Hessian in (q1, q2, q12) (None where not symbolic), and the fourth moments."""
+    C: sp.Expr
+    grad: tuple | None
+    hess: tuple | None           # ((d11, d12, d1c), (d12, d22, d2c), (d1c, d2c, dcc))
+    m40: sp.Expr                 # E[psi(u)^4] in q1 (m04 is it with q1 -> q2)
+    m22: sp.Expr
+    m31: sp.Expr
+    m13: sp.Expr
+    k: int
+    methods: dict = field(compare=False)
+
+    @property
+    def closed_form(self) -> bool:
+        return not any(e.has(sp.Integral) for e in (self.C, self.m40, self.m22, self.m31, self.m13))
+
+
+# ---------------------------------------------------------------- mixed moments
+def _pair(f, g):
+    e = G.expect2(f, g)
+    return e.value, e.method
+
+
+def _one(f, k=1, pool=None):
+    """E[f(psi)] at variance q1 for one input."""
+    if pool == "max" and k > 1:
+        val, how = max_expect1(f, k)
+    else:
+        e = G.expect1(f)
+        val, how = e.value, e.method
+    return val.subs(q, q1), how
+
+
+@lru_cache(maxsize=1)
+def _avg_formula():
+    """E[(mean of k i.i.d. X_j)^i (mean of Y_j)^j] for i + j <= 4 from the raw moments r_ab = E[X^a Y^b]:
+    joint cumulants of sums add, kappa_ab(psi) = k^(1-a-b) kappa_ab(X, Y); via log/exp of the MGF."""
+    s, t, kk = sp.symbols("s t k", positive=True)
+    raw = {(a, b): sp.Symbol(f"r{a}{b}") for a in range(5) for b in range(5) if 0 < a + b <= 4}
+    eps = sp.Symbol("eps")
+    M = 1 + sum(r * (eps * s) ** a * (eps * t) ** b / (factorial(a) * factorial(b)) for (a, b), r in raw.items())
+    logM = sp.series(sp.log(M), eps, 0, 5).removeO()
+    Kpsi = kk * logM.subs({s: s / kk, t: t / kk})
+    Mpsi = sp.expand(sp.series(sp.exp(Kpsi), eps, 0, 5).removeO())
+    out = {}
+    for a in range(5):
+        for b in range(5 - a):
+            coeff = Mpsi.coeff(eps, a + b).coeff(s, a).coeff(t, b)
+            out[(a, b)] = sp.expand(coeff * factorial(a) * factorial(b))
+    return out, raw, kk
+
+
+def _avg_moment(phi, k, i, j):
+    formula, raw, kk = _avg_formula()
+    vals = {}
+    for (a, b), sym in raw.items():
+        if b == 0:
+            vals[sym] = _one(phi**a)[0]
+        elif a == 0:
+            vals[sym] = _one(phi**b)[0].subs(q1, q2)
+        else:
+            vals[sym] = _pair(phi**a, phi**b)[0]
+    return formula[(i, j)].subs(kk, k).xreplace(vals), "avg-pool cumulants of k i.i.d. nodes"
+
+
+def moment(act: Activation, i: int, j: int):
+    """(E[psi(u)^i psi(v)^j], method) for i, j >= 1."""
+    phi = act.expr
+    if act.pool is None or act.k == 1:
+        return _pair(phi**i, phi**j)
+    if act.pool == "max":
+        if not is_monotone(phi):
+            raise NotImplementedError(f"the Gram theory supports max-pools of monotone non-decreasing phi only "
+                                      f"(psi = phi(max_j u_j)); {act.single.name} is not monotone.")
+        return max_integral2(phi**i, phi**j, act.k), "integral (order statistic h_k)"
+    return _avg_moment(phi, act.k, i, j)
+
+
+def moment4(act: Activation):
+    """(E[psi(u)^4] in q1, method)."""
+    phi = act.expr
+    if act.pool is None or act.k == 1:
+        return _one(phi**4)
+    if act.pool == "max":
+        return _one(phi**4, act.k, "max")
+    return _avg_moment(phi, act.k, 4, 0)
+
+
+# ---------------------------------------------------------------- derivatives in (q1, q2, q12)
+def _deriv_f(f):
+    d = sp.diff(f, x)
+    if d.has(sp.DiracDelta):
+        raise NotImplementedError(f"{f} has a jump: its derivative has a point mass")
+    return d
+
+
+def _xd(f):
+    """x f'(x), with the point masses that x kills (a kink at 0) removed."""
+    d = sp.expand(x * sp.diff(f, x))
+    out = sp.Integer(0)
+    for term in sp.Add.make_args(d):
+        deltas = [a for a in sp.Mul.make_args(term) if isinstance(a, sp.DiracDelta)]
+        if not deltas:
+            out += term
+        elif len(deltas) == 1 and deltas[0].args == (x,):
+            continue                      # x DiracDelta(x) = 0
+        else:
+            raise NotImplementedError(f"x f'(x) of {f} has a point mass away from 0")
+    return out
+
+
+def _d_integral(I, var):
+    """dI/dvar for one GaussianIntegral (one- or two-input, not pooled)."""
+    spec = I.integrand
+    if spec.kind is Kind.NORMAL1:
+        s = I.scale()
+        if var != s:
+            return sp.Integer(0)
+        return G.expect1(_xd(spec.f)).value.subs(q, s) / (2 * s)
+    if spec.kind is not Kind.NORMAL2:
+        raise NotImplementedError(f"no derivative rule for a {spec.kind.value} integral")
+    f, g = spec.f, spec.g
+    d12 = _pair(_deriv_f(f), _deriv_f(g))[0]
+    if var == q12:
+        return d12
+    if var == q1:
+        return (_pair(_xd(f), g)[0] - q12 * d12) / (2 * q1)
+    return (_pair(f, _xd(g))[0] - q12 * d12) / (2 * q2)
+
+
+def d(expr, var):
+    """d expr / d var (var one of q1, q2, q12), integrals differentiated by the identities above."""
+    ints = sorted(expr.atoms(GaussianIntegral), key=sp.default_sort_key)
+    if not ints:
+        return sp.diff(expr, var)
+    dummies = [sp.Dummy(f"I{i}") for i in range(len(ints))]
+    body = expr.xreplace(dict(zip(ints, dummies)))
+    out = sp.diff(body, var)
+    for I, dm in zip(ints, dummies):
+        out += sp.diff(body, dm) * _d_integral(I, var)
+    return out.xreplace(dict(zip(dummies, ints)))
+
+
+def _derivatives(C):
+    try:
+        grad = tuple(d(C, v) for v in VARS)
+        hess = tuple(tuple(d(grad[i], VARS[j]) for j in range(3)) for i in range(3))
+    except NotImplementedError:
+        return None, None
+    return grad, hess
+
+
+@lru_cache(maxsize=64)
+def gram_moments(act) -> GramMoments:
+    """The symbolic ingredients of the two-input finite-width recursion for ``act`` (cached)."""
+    act = activation(act) if not isinstance(act, Activation) else act
+    K = kernel(act)
+    grad, hess = _derivatives(K.C)
+    m40, how4 = moment4(act)
+    m22, how22 = moment(act, 2, 2)
+    m31, how31 = moment(act, 3, 1)
+    m13, _ = moment(act, 1, 3)
+    k = act.k if act.pool is not None else 1
+    return GramMoments(C=K.C, grad=grad, hess=hess, m40=m40, m22=m22, m31=m31, m13=m13, k=k,
+                       methods={"C": K.methods["C"], "m4": how4, "m22": how22, "m31": how31,
+                                "derivatives": "symbolic (sympy.diff, Price and scale identities)" if grad
+                                else "numeric (Richardson-extrapolated central differences of C)"})

@@ -1,0 +1,308 @@
+"""Finite-width fluctuations of the Gram matrix of two inputs (docs/theory.md section 9b).
+
+Entries ordered (aa, bb, ab). Plain network of width n: given layer l, the nodes of layer l+1 are
+i.i.d. N(0, G^(l+1)) with the layer metric G^(l+1) = sigma_b2 + (sigma_w2 k/n) sum_groups psi_a psi_b.
+With F(G) = (<psi_a^2>, <psi_b^2>, <psi_a psi_b>) at covariance G, J = sigma_w2 dF/dG,
+H = sigma_w2 d^2F/dG^2 and Sigma(G) = Cov(psi_a^2, psi_b^2, psi_a psi_b), to leading order in 1/n:
+
+    K^(l+1)  = sigma_b2 + sigma_w2 F(K^(l))
+    V^(l+1)  = sigma_w2^2 k Sigma(K^(l)) + J V^(l) J^T           V = lim n Cov G   (metric_cov)
+    K1^(l+1) = J K1^(l) + (1/2) H : V^(l)                         E G = K + K1/n
+
+(the second-order term of E F(G) = F(K) + F'(K1/n) + F'':Cov(G)/2). The empirical Gram
+Ghat = (1/n) sum_i z_i z_i^T is Wishart given G, so E Ghat = E G and
+
+    lim n Cov Ghat = V + W(K),   W_(ab)(cd) = K_ac K_bd + K_ad K_bc.
+
+Layer 1 (fixed inputs): K^(1) = sigma_w2 q0 + sigma_b2, V^(1) = K1^(1) = 0. One input is the
+diagonal of this (sf.finite_width). c_hat = Ghat_ab/sqrt(Ghat_aa Ghat_bb) and gamma_hat = c_hat/(1 - c_hat)
+get their mean and variance at width n by the delta method (second order for the mean).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import mpmath
+import numpy as np
+import sympy as sp
+
+from symfield.core import validate as check
+from symfield.numeric.evaluate import GUARD_DIGITS, evaluate, to_mpf
+from symfield.symbolic import gaussian as G
+from symfield.symbolic.activation import Activation, activation, kinks
+from symfield.symbolic.gram_moments import VARS, GramMoments, gram_moments
+from symfield.theory.finite_width import coefficients
+
+_F = "gram_fluctuations"
+FD_TOL = 1e-7          # numeric derivatives (max-pools): flag a layer whose Richardson estimate exceeds this
+
+
+@dataclass(frozen=True)
+class GramFluctuations:
+    """Leading-order finite-width statistics of the (aa, bb, ab) Gram entries; row i is layer i + 1."""
+    K: np.ndarray            # (depth, 3) infinite-width Gram
+    K1: np.ndarray           # (depth, 3): E[Ghat] = K + K1/n
+    gram_cov: np.ndarray     # (depth, 3, 3): lim n Cov(Ghat)
+    metric_cov: np.ndarray   # (depth, 3, 3): lim n Cov(G)
+    status: np.ndarray       # (depth,) 0 ok; 1 numeric derivative error above FD_TOL; 2 non-finite
+    layers: np.ndarray
+    moments: GramMoments = field(repr=False)
+    params: dict = field(default_factory=dict)
+
+    def mean(self, n):
+        """E[Ghat] at width n to first order: K + K1/n."""
+        return self.K + self.K1 / n
+
+    def _c_parts(self):
+        K = self.K
+        a, b, ab = K[:, 0], K[:, 1], K[:, 2]
+        s = np.sqrt(a * b) if K.dtype != object else np.array([mpmath.sqrt(v) for v in a * b], dtype=object)
+        c = ab / s
+        grad = np.stack([-c / (2 * a), -c / (2 * b), 1 / s], axis=1)
+        hess = np.zeros((len(c), 3, 3), dtype=K.dtype)
+        hess[:, 0, 0] = 3 * c / (4 * a * a)
+        hess[:, 1, 1] = 3 * c / (4 * b * b)
+        hess[:, 0, 1] = hess[:, 1, 0] = c / (4 * a * b)
+        hess[:, 0, 2] = hess[:, 2, 0] = -1 / (2 * a * s)
+        hess[:, 1, 2] = hess[:, 2, 1] = -1 / (2 * b * s)
+        return c, grad, hess
+
+    @property
+    def c(self):
+        """Infinite-width correlation K_ab/sqrt(K_aa K_bb)."""
+        return self._c_parts()[0]
+
+    def c_mean(self, n):
+        """E[c_hat] at width n: c + (grad c . K1 + (1/2) hess c : gram_cov)/n."""
+        c, g, h = self._c_parts()
+        return c + ((g * self.K1).sum(axis=1) + (h * self.gram_cov).sum(axis=(1, 2)) / 2) / n
+
+    def c_var(self, n):
+        """Var[c_hat] at width n: grad c^T gram_cov grad c / n."""
+        _, g, _ = self._c_parts()
+        return np.einsum("li,lij,lj->l", g, self.gram_cov, g) / n if g.dtype != object else \
+            np.array([sum(g[l, i] * self.gram_cov[l, i, j] * g[l, j] for i in range(3) for j in range(3))
+                      for l in range(len(g))], dtype=object) / n
+
+    @property
+    def gamma(self):
+        c = self.c
+        return c / (1 - c)
+
+    def gamma_mean(self, n):
+        """E[gamma_hat], gamma_hat = c_hat/(1 - c_hat): gamma(c) + gamma'(c) (E c_hat - c) + gamma''(c) Var c_hat/2."""
+        c = self.c
+        return c / (1 - c) + (self.c_mean(n) - c) / (1 - c) ** 2 + self.c_var(n) / (1 - c) ** 3
+
+    def gamma_var(self, n):
+        """Var[gamma_hat] = gamma'(c)^2 Var c_hat, gamma'(c) = 1/(1 - c)^2."""
+        c = self.c
+        return self.c_var(n) / (1 - c) ** 4
+
+    def band(self, n, z=2.0):
+        """(lower, upper) of K + K1/n -/+ z sqrt(diag(gram_cov)/n), shape (depth, 3) each."""
+        m = self.mean(n)
+        sd = np.sqrt(np.diagonal(self.gram_cov, axis1=1, axis2=2).astype(float) / n)
+        return m - z * sd, m + z * sd
+
+
+def wishart(K):
+    """W(K)_(ab)(cd) = K_ac K_bd + K_ad K_bc in the (aa, bb, ab) order, for K of shape (..., 3)."""
+    a, b, ab = K[..., 0], K[..., 1], K[..., 2]
+    W = np.zeros(K.shape[:-1] + (3, 3), dtype=K.dtype)
+    W[..., 0, 0], W[..., 1, 1], W[..., 2, 2] = 2 * a * a, 2 * b * b, a * b + ab * ab
+    W[..., 0, 1] = W[..., 1, 0] = 2 * ab * ab
+    W[..., 0, 2] = W[..., 2, 0] = 2 * a * ab
+    W[..., 1, 2] = W[..., 2, 1] = 2 * b * ab
+    return W
+
+
+# ---------------------------------------------------------------- numbers of one layer
+class _Eval:
+    """Evaluates the ingredients at Gram points K (rows (aa, bb, ab)), float64 or mpmath at ``dps``."""
+
+    def __init__(self, act: Activation, dps):
+        self.gm, self.co, self.kk, self.dps = gram_moments(act), coefficients(act), kinks(act.expr), dps
+
+    def one(self, expr, qv):
+        return evaluate(expr, (G.q,), (qv,), self.kk, self.dps)
+
+    def two(self, expr, K):
+        return evaluate(expr, VARS, (K[..., 0], K[..., 1], K[..., 2]), self.kk, self.dps)
+
+    def F(self, K):
+        return [self.one(self.co.psi2, K[0]), self.one(self.co.psi2, K[1]), self.two(self.gm.C, K)]
+
+    def layer_terms(self, K):
+        """J/sigma_w2, H/sigma_w2, Sigma and a status per row of K (shape (L, 3))."""
+        L, dt = len(K), K.dtype
+        co, gm = self.co, self.gm
+        psi2 = [self.one(co.psi2, K[:, i]) for i in (0, 1)]
+        d1 = [self.one(co.dpsi2, K[:, i]) for i in (0, 1)]
+        d2 = [self.one(co.d2psi2, K[:, i]) for i in (0, 1)]
+        m4 = [self.one(co.psi4, K[:, i]) for i in (0, 1)]
+        C = self.two(gm.C, K)
+        status = np.zeros(L, dtype=np.int8)
+        if gm.grad is not None:
+            gC = np.stack([self.two(e, K) for e in gm.grad], axis=1)
+            hC = np.stack([np.stack([self.two(e, K) for e in row], axis=1) for row in gm.hess], axis=1)
+        else:
+            if self.dps:
+                gC, hC, err = _fd_mp(gm.C, self.kk, self.dps, K)
+            else:
+                gC, hC, err = _fd(lambda a, b, c: self.two(gm.C, np.stack([a, b, c], -1)), K)
+            status[err > FD_TOL] = 1
+        J = np.zeros((L, 3, 3), dtype=dt)
+        H = np.zeros((L, 3, 3, 3), dtype=dt)
+        J[:, 0, 0], J[:, 1, 1], J[:, 2, :] = d1[0], d1[1], gC
+        H[:, 0, 0, 0], H[:, 1, 1, 1], H[:, 2] = d2[0], d2[1], hC
+        S = np.zeros((L, 3, 3), dtype=dt)
+        S[:, 0, 0], S[:, 1, 1] = m4[0] - psi2[0] ** 2, m4[1] - psi2[1] ** 2
+        S[:, 2, 2] = self.two(gm.m22, K) - C * C
+        S[:, 0, 1] = S[:, 1, 0] = self.two(gm.m22, K) - psi2[0] * psi2[1]
+        S[:, 0, 2] = S[:, 2, 0] = self.two(gm.m31, K) - psi2[0] * C
+        S[:, 1, 2] = S[:, 2, 1] = self.two(gm.m13, K) - psi2[1] * C
+        return J, H, S, status
+
+
+def _steps(K, eps0=2e-2):
+    a, b, ab = K[:, 0], K[:, 1], K[:, 2]
+    s = np.sqrt(a * b)
+    eps = np.minimum(eps0, (1 - np.abs(ab) / s) / 4)
+    return eps[:, None] * np.stack([a, b, s], axis=1)
+
+
+def _central(fn, K, h):
+    """Central-difference gradient and Hessian of fn at rows of K with steps h (L, 3)."""
+    L = len(K)
+    f0 = fn(K[:, 0], K[:, 1], K[:, 2])
+
+    def at(di):
+        P = K + di
+        return fn(P[:, 0], P[:, 1], P[:, 2])
+    E = [np.zeros((L, 3)) for _ in range(3)]
+    for i in range(3):
+        E[i][:, i] = h[:, i]
+    g, Hs = np.zeros((L, 3)), np.zeros((L, 3, 3))
+    plus = [at(E[i]) for i in range(3)]
+    minus = [at(-E[i]) for i in range(3)]
+    for i in range(3):
+        g[:, i] = (plus[i] - minus[i]) / (2 * h[:, i])
+        Hs[:, i, i] = (plus[i] - 2 * f0 + minus[i]) / h[:, i] ** 2
+        for j in range(i):
+            v = (at(E[i] + E[j]) - at(E[i] - E[j]) - at(E[j] - E[i]) + at(-E[i] - E[j])) / (4 * h[:, i] * h[:, j])
+            Hs[:, i, j] = Hs[:, j, i] = v
+    return g, Hs
+
+
+def _fd(fn, K):
+    """Gradient, Hessian and an error estimate by central differences with two Richardson steps."""
+    h = _steps(K)
+    lv = [_central(fn, K, h / 2**r) for r in range(3)]
+    r1 = [((4 * lv[r + 1][i] - lv[r][i]) / 3) for r in range(2) for i in range(2)]   # (g, H) at r=0, then r=1
+    g = (16 * r1[2] - r1[0]) / 15
+    H = (16 * r1[3] - r1[1]) / 15
+    scale = np.maximum(np.abs(H).max(axis=(1, 2)), np.abs(g).max(axis=1))
+    err = np.maximum(np.abs(g - r1[2]).max(axis=1), np.abs(H - r1[3]).max(axis=(1, 2))) / np.where(scale > 0, scale, 1)
+    return g, H, err
+
+
+def _fd_mp(expr, kk, dps, K):
+    """mpmath.diff with C evaluated at P = 2 dps + 10 digits and steps 10^(-P/4) (in units of q1, q2,
+    sqrt(q1 q2)): central differences of order <= 2 then keep about P/2 > dps digits."""
+    P = 2 * dps + 10
+    L = len(K)
+    g = np.zeros((L, 3), dtype=object)
+    H = np.zeros((L, 3, 3), dtype=object)
+    with mpmath.workdps(P):
+        h = mpmath.mpf(10) ** (-(P // 4))
+        for l in range(L):
+            a, b, ab = (mpmath.mpf(v) for v in K[l])
+            sc = (a, b, mpmath.sqrt(a * b))
+            f = lambda t1, t2, t3: evaluate(expr, VARS, (a + t1 * sc[0], b + t2 * sc[1], ab + t3 * sc[2]),  # noqa: E731
+                                            kk, P)
+            for i in range(3):
+                g[l, i] = mpmath.diff(f, (0, 0, 0), tuple(int(i == m) for m in range(3)), h=h) / sc[i]
+                for j in range(i + 1):
+                    o = tuple(int(i == m) + int(j == m) for m in range(3))
+                    H[l, i, j] = H[l, j, i] = mpmath.diff(f, (0, 0, 0), o, h=h) / (sc[i] * sc[j])
+    return g, H, np.zeros(L)
+
+
+# ---------------------------------------------------------------- the recursion
+def _q0(q0):
+    if np.ndim(q0) == 0:
+        q0 = (q0, q0, 0.0)
+    if len(q0) != 3:
+        check.fail(_F, "q0", "(qa0, qb0, qab0): two input norms |x|^2/n0 and their overlap x_a.x_b/n0", q0)
+    qa, qb, qab = (float(check.real(_F, "q0", v)) for v in q0)
+    check.covariance(_F, qa, qb, qab)
+    return qa, qb, qab
+
+
+def gram_fluctuations(act, sigma_w2, sigma_b2, depth, q0=(1.0, 1.0, 0.0), residual=None, *, dps=None) -> GramFluctuations:
+    """Leading-order 1/n statistics of the two-input Gram matrix (module docstring for the recursion).
+
+    Parameters
+    ----------
+    act : activation name, formula or :class:`Activation` (pools included).
+    sigma_w2, sigma_b2 : weight and bias variances (scalars >= 0).
+    depth : number of layers; row 0 is the linear layer 1.
+    q0 : (qa0, qb0, qab0) = (|x_a|^2, |x_b|^2, x_a.x_b)/n0 (a scalar q means (q, q, 0)).
+    residual : must be None (plain networks); residual blocks are not covered yet.
+    dps : None for float64, else mpmath at ``dps`` digits.
+
+    Returns
+    -------
+    GramFluctuations with ``K``, ``K1``, ``gram_cov``, ``metric_cov``, ``status`` and ``c_mean(n)``,
+    ``c_var(n)``, ``gamma_mean(n)``, ``gamma_var(n)``, ``band(n)``.
+
+    Examples
+    --------
+    >>> g = gram_fluctuations("relu", 2.0, 0.0, depth=4, q0=1.0)
+    >>> float(g.metric_cov[3, 0, 0] / g.K[3, 0] ** 2)    # 5 (l - 1) at l = 4
+    15.0
+    """
+    depth = check.integer(_F, "depth", depth, lo=1)
+    sw = float(check.real(_F, "sigma_w2", sigma_w2, lo=0))
+    sb = float(check.real(_F, "sigma_b2", sigma_b2, lo=0))
+    if residual is not None:
+        raise NotImplementedError("gram_fluctuations(residual=...) is not implemented yet: plain networks only "
+                                  "(residual=None).")
+    qa, qb, qab = _q0(q0)
+    dps = check.dps(_F, dps)
+    act = activation(act) if not isinstance(act, Activation) else act
+    ev = _Eval(act, dps)
+    params = dict(act=act.name, sigma_w2=sw, sigma_b2=sb, depth=depth, q0=(qa, qb, qab), residual=None, dps=dps)
+    if dps is None:
+        return _run(ev, np.float64(sw), np.float64(sb), np.array([qa, qb, qab]), depth, params)
+    with mpmath.workdps(dps + GUARD_DIGITS):
+        out = _run(ev, to_mpf(sw), to_mpf(sb), np.array([to_mpf(v) for v in (qa, qb, qab)], dtype=object), depth, params)
+    with mpmath.workdps(dps):
+        rnd = lambda a: np.vectorize(lambda v: +v, otypes=[object])(a)  # noqa: E731
+        return GramFluctuations(rnd(out.K), rnd(out.K1), rnd(out.gram_cov), rnd(out.metric_cov), out.status,
+                                out.layers, out.moments, params)
+
+
+def _run(ev, sw, sb, q0, depth, params):
+    dt = q0.dtype
+    K = np.zeros((depth, 3), dtype=dt)
+    K[0] = sw * q0 + sb
+    for l in range(depth - 1):
+        K[l + 1] = sb + sw * np.array(ev.F(K[l]), dtype=dt)
+    V = np.zeros((depth, 3, 3), dtype=dt)
+    K1 = np.zeros((depth, 3), dtype=dt)
+    status = np.zeros(depth, dtype=np.int8)
+    if depth > 1:
+        J, H, S, st = ev.layer_terms(K[:-1])
+        J, H = sw * J, sw * H
+        status[1:] = st
+        for l in range(depth - 1):
+            V[l + 1] = sw * sw * ev.gm.k * S[l] + J[l] @ V[l] @ J[l].T
+            K1[l + 1] = J[l] @ K1[l] + (H[l] * V[l][None]).sum(axis=(1, 2)) / 2
+    cov = V + wishart(K)
+    finite = np.array([all(np.isfinite(float(v)) for v in row) for row in
+                       np.concatenate([K, K1, cov.reshape(depth, 9)], axis=1)])
+    status[~finite] = 2
+    status = np.maximum.accumulate(status)       # a flagged layer taints the layers it feeds
+    return GramFluctuations(K, K1, cov, V, status, np.arange(1, depth + 1), ev.gm, params)

@@ -1,0 +1,105 @@
+"""Width-aware weight variance: the sigma_w2 whose width-n mean equals the infinite-width variance.
+
+At width n, E[Ghat_aa^(L)] = K^(L)(sigma_w2) + K1^(L)(sigma_w2)/n (sf.finite_width). Choosing
+sigma_w2' = sigma_w2 + delta with delta = -K1^(L)/(n dK^(L)/dsigma_w2) gives
+E[Ghat^(L)](sigma_w2') = K^(L)(sigma_w2) + O(1/n^2). The sensitivity is exact, by the chain rule:
+
+    dK^(l+1)/dsigma_w2 = <psi^2>_K + sigma_w2 (d<psi^2>/dK) dK^(l)/dsigma_w2,   dK^(1)/dsigma_w2 = q0.
+
+For ReLU-like (degree-1 homogeneous) activations d^2<psi^2>/dK^2 = 0, so K1 = 0 and the gain
+needs no width correction at all.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from symfield.core import validate as check
+from symfield.numeric.evaluate import evaluate
+from symfield.symbolic import gaussian as G
+from symfield.symbolic.activation import Activation, activation, kinks
+from symfield.theory.finite_width import coefficients, finite_width
+
+_F = "width_gain"
+
+
+@dataclass(frozen=True)
+class WidthGain:
+    """``sigma_w2``: the width-corrected weight variance; ``sigma_w2_inf``: the one it stands in for."""
+    sigma_w2: float
+    sigma_w2_inf: float
+    width: int
+    depth: int
+    K: float                 # K^(depth)(sigma_w2_inf), the target
+    K1: float                # its 1/n shift at sigma_w2_inf
+    dK_dsigma_w2: float
+    params: dict = field(default_factory=dict)
+
+    @property
+    def gain(self) -> float:
+        """sqrt(sigma_w2), the multiplier of 1/sqrt(fan_in) in a fan-in initialiser."""
+        return math.sqrt(self.sigma_w2)
+
+    @property
+    def relative(self) -> float:
+        """sigma_w2/sigma_w2_inf - 1."""
+        return self.sigma_w2 / self.sigma_w2_inf - 1
+
+    def std(self, fan_in: int) -> float:
+        """Standard deviation of a weight with ``fan_in`` inputs: sqrt(sigma_w2/fan_in)."""
+        fan_in = check.integer("WidthGain.std", "fan_in", fan_in, lo=1)
+        return math.sqrt(self.sigma_w2 / fan_in)
+
+
+def sensitivity(act, sigma_w2, sigma_b2, depth, q0=1.0) -> np.ndarray:
+    """dK^(l)/dsigma_w2 for l = 1..depth (float64, exact chain rule)."""
+    act = activation(act) if not isinstance(act, Activation) else act
+    co, kk = coefficients(act), kinks(act.expr)
+    fw = finite_width(act, sigma_w2, sigma_b2, depth, q0)
+    K = fw.K
+    m2 = evaluate(co.psi2, (G.q,), (K,), kk)
+    d1 = evaluate(co.dpsi2, (G.q,), (K,), kk)
+    out = np.empty(depth)
+    out[0] = q0
+    for l in range(depth - 1):
+        out[l + 1] = m2[l] + sigma_w2 * d1[l] * out[l]
+    return out
+
+
+def width_gain(act, sigma_w2, sigma_b2, width, depth, q0=1.0) -> WidthGain:
+    """The sigma_w2 for which E[Ghat_aa^(depth)] at ``width`` equals K^(depth)(sigma_w2, sigma_b2), to O(1/n).
+
+    Parameters
+    ----------
+    act : activation (pools included).
+    sigma_w2, sigma_b2 : the infinite-width weight and bias variances aimed at.
+    width : hidden width n (>= 1).
+    depth : the layer whose mean variance is matched (>= 1; row convention of sf.finite_width).
+    q0 : input norm |x|^2/n0 (> 0).
+
+    Returns
+    -------
+    WidthGain with ``sigma_w2`` (corrected), ``gain``, ``std(fan_in)`` and ``relative``.
+
+    Examples
+    --------
+    >>> width_gain("relu", 2.0, 0.0, width=64, depth=10).relative
+    0.0
+    """
+    sw = float(check.real(_F, "sigma_w2", sigma_w2, lo=0, lo_open=True))
+    sb = float(check.real(_F, "sigma_b2", sigma_b2, lo=0))
+    n = check.integer(_F, "width", width, lo=1)
+    depth = check.integer(_F, "depth", depth, lo=1)
+    q0 = float(check.real(_F, "q0", q0, lo=0, lo_open=True))
+    act = activation(act) if not isinstance(act, Activation) else act
+    fw = finite_width(act, sw, sb, depth, q0)
+    dK = sensitivity(act, sw, sb, depth, q0)[-1]
+    K1 = float(fw.K1[-1])
+    new = sw - K1 / (n * dK) if K1 else sw
+    if not (math.isfinite(new) and new > 0):
+        raise ValueError(f"width_gain: no positive correction at width={n}, depth={depth} "
+                         f"(K1={K1:.6g}, dK/dsigma_w2={dK:.6g}); the 1/n expansion does not hold there.")
+    return WidthGain(new, sw, n, depth, float(fw.K[-1]), K1, float(dK),
+                     dict(act=act.name, sigma_w2=sw, sigma_b2=sb, width=n, depth=depth, q0=q0))

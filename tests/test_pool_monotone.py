@@ -448,3 +448,23 @@ def test_timing_dps20(name, k, point, budget):
     t = time.perf_counter()
     sf.C(A, a, b, c * math.sqrt(a * b), dps=20)
     assert time.perf_counter() - t < budget
+
+
+def test_homogeneous_array_C_is_the_scalar_table_path_vectorised():
+    """relu+max2 array sf.C: one NumPy pass over the theta-table, equal to the scalar table path point by
+    point and to an independent argmax-decomposition quadrature (bench_cold.max2_C)."""
+    from symfield.reports.bench_cold import max2_C
+    act = sf.activation("relu", pool="max", k=2)
+    rng = np.random.default_rng(3)
+    n = 2000
+    a, b = 10 ** rng.uniform(-3, 3, n), 10 ** rng.uniform(-3, 3, n)
+    b[:60] = a[:60]
+    c = rng.uniform(-1, 1, n) * np.sqrt(a * b)
+    c[50:55], c[55:60] = a[50:55], -a[55:60]          # c = +1 and -1 at equal norms
+    v = sf.C(act, a, b, c)
+    scalar = np.array([sf.C(act, float(x), float(y), float(z)) for x, y, z in zip(a[:200], b[:200], c[:200])])
+    np.testing.assert_allclose(v[:200], scalar, rtol=4e-15, atol=0)
+    for i in (0, 300, 1000, 1999):
+        assert abs(v[i] - max2_C(lambda t: np.maximum(t, 0), a[i], b[i], c[i], nodes=24)) <= 1e-13 * abs(v[i])
+    # c = 1: C(q, q, q) = E[relu(max(u1, u2))^2] = q (3/4 + 1/(2 pi)) (half-moments of the maximum of two normals)
+    np.testing.assert_allclose(v[50:55], a[50:55] * (0.75 + 1 / (2 * np.pi)), rtol=1e-14)

@@ -105,11 +105,13 @@ def clenshaw(c, y):
 
 
 def basis(y, n):
-    """(T_0(y), ..., T_(n-1)(y)) at a scalar y by the three-term recurrence T_(k+1) = 2 y T_k - T_(k-1)."""
-    t = [1.0, y]
+    """(T_0(y), ..., T_(n-1)(y)) by the three-term recurrence T_(k+1) = 2 y T_k - T_(k-1); for an array y
+    the last axis is k (shape y.shape + (n,))."""
+    y = np.asarray(y, dtype=float)
+    t = [np.ones_like(y), y]
     for _ in range(2, n):
         t.append(2.0 * y * t[-1] - t[-2])
-    return np.asarray(t)
+    return np.stack(t[:n], axis=-1)
 
 
 def _tree(terms):

@@ -124,7 +124,7 @@ def _C_array(K, a, b, c):
         slow = lambda: float(evaluate(K.C, (Q1, Q2, Q12), (np.asarray(x), np.asarray(y), np.asarray(z)), K.kinks, None))
         return tables.fast_C(K, x, y, z, slow) if _TABULATED.get(K) else slow()
     try:
-        out = np.frompyfunc(one, 3, 1)(a, b, c)
+        out = tables.fast_C_many(K, a, b, c, one) if _TABULATED.get(K) else np.frompyfunc(one, 3, 1)(a, b, c)
     except (tables.TableError, NotImplementedError):
         _TABULATED[K] = False
         return evaluate(K.C, (Q1, Q2, Q12), (a, b, c), K.kinks, None)

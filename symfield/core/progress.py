@@ -13,12 +13,13 @@ DELAY = 2.0   # seconds before anything is shown
 
 
 @contextmanager
-def bar(total: int, desc: str, unit: str):
-    """A tqdm bar of ``total`` steps with a one-line notice after DELAY seconds (terminal only)."""
+def bar(total: int, desc: str, unit: str, cached: bool = True):
+    """A tqdm bar of ``total`` steps with a one-line notice after DELAY seconds (terminal only);
+    ``cached``: the work is one-time (the notice says so)."""
     from tqdm.auto import tqdm
     show = sys.stderr.isatty()
-    timer = threading.Timer(DELAY, lambda: print(f"symfield: {desc} (one-time, then cached) ...", file=sys.stderr,
-                                                 flush=True))
+    what = f"{desc} (one-time, then cached)" if cached else desc
+    timer = threading.Timer(DELAY, lambda: print(f"symfield: {what} ...", file=sys.stderr, flush=True))
     timer.daemon = True
     if show:
         timer.start()

@@ -27,6 +27,7 @@ import numpy as np
 import sympy as sp
 
 from symfield.core import validate as check
+from symfield.core.progress import bar
 from symfield.numeric.evaluate import GUARD_DIGITS, evaluate, to_mpf
 from symfield.symbolic import gaussian as G
 from symfield.symbolic.activation import Activation, activation, kinks
@@ -123,12 +124,17 @@ class _Eval:
 
     def __init__(self, act: Activation, dps):
         self.gm, self.co, self.kk, self.dps = gram_moments(act), coefficients(act), kinks(act.expr), dps
+        self.tick = lambda: None     # progress: called after every evaluation
 
     def one(self, expr, qv):
-        return evaluate(expr, (G.q,), (qv,), self.kk, self.dps)
+        out = evaluate(expr, (G.q,), (qv,), self.kk, self.dps)
+        self.tick()
+        return out
 
     def two(self, expr, K):
-        return evaluate(expr, VARS, (K[..., 0], K[..., 1], K[..., 2]), self.kk, self.dps)
+        out = evaluate(expr, VARS, (K[..., 0], K[..., 1], K[..., 2]), self.kk, self.dps)
+        self.tick()
+        return out
 
     def F(self, K):
         return [self.one(self.co.psi2, K[0]), self.one(self.co.psi2, K[1]), self.two(self.gm.C, K)]
@@ -274,10 +280,13 @@ def gram_fluctuations(act, sigma_w2, sigma_b2, depth, q0=(1.0, 1.0, 0.0), residu
     act = activation(act) if not isinstance(act, Activation) else act
     ev = _Eval(act, dps)
     params = dict(act=act.name, sigma_w2=sw, sigma_b2=sb, depth=depth, q0=(qa, qb, qab), residual=None, dps=dps)
-    if dps is None:
-        return _run(ev, np.float64(sw), np.float64(sb), np.array([qa, qb, qab]), depth, params)
-    with mpmath.workdps(dps + GUARD_DIGITS):
-        out = _run(ev, to_mpf(sw), to_mpf(sb), np.array([to_mpf(v) for v in (qa, qb, qab)], dtype=object), depth, params)
+    with bar(3 * depth + 24, f"gram_fluctuations of {act.name}", "integral", cached=False) as shown:
+        ev.tick = shown.update
+        if dps is None:
+            return _run(ev, np.float64(sw), np.float64(sb), np.array([qa, qb, qab]), depth, params)
+        with mpmath.workdps(dps + GUARD_DIGITS):
+            out = _run(ev, to_mpf(sw), to_mpf(sb), np.array([to_mpf(v) for v in (qa, qb, qab)], dtype=object),
+                       depth, params)
     with mpmath.workdps(dps):
         rnd = lambda a: np.vectorize(lambda v: +v, otypes=[object])(a)  # noqa: E731
         return GramFluctuations(rnd(out.K), rnd(out.K1), rnd(out.gram_cov), rnd(out.metric_cov), out.status,

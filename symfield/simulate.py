@@ -58,7 +58,7 @@ from symfield.symbolic.formula import X as x
 _F = "simulate"
 QUANTILES = (0.05, 0.5, 0.95)
 PAIR_CAP = 50_000         # at most this many (pair, network) correlations per layer enter the quantiles
-GRAM_MAX_PAIRS = 28       # the full per-network Gram matrices are kept for up to 8 inputs
+GRAM_MAX_INPUTS = 8       # the full per-network Gram matrices are kept for up to 8 inputs
 GRAM_MAX_ELEMENTS = 1 << 25  # ... and while they hold at most 32M numbers (256 MB)
 BATCH_ELEMENTS = 1 << 22  # networks are batched so that a batch holds ~4M pre-activations
 
@@ -329,7 +329,7 @@ class Simulation:
     inputs: np.ndarray = field(repr=False)
     method: str = "gram"
     params: dict = field(default_factory=dict)
-    gram: np.ndarray | None = field(default=None, repr=False)   # (n_networks, depth, P, P) for P <= 8
+    gram: np.ndarray | None = field(default=None, repr=False)   # (n_networks, depth, P, P) or None (docstring)
 
     @property
     def c05(self):
@@ -370,12 +370,12 @@ def finite_data_gamma(q, qab, n_inputs):
 class _Acc:
     """Per-layer accumulators (per-network rows and pooled pair correlations)."""
 
-    def __init__(self, n_networks, depth, n_pairs, pair_idx):
+    def __init__(self, n_networks, depth, P, pair_idx):
         self.rows = {n: np.full((n_networks, depth), np.nan) for n in PerNetwork.__dataclass_fields__}
         self.cvals = [[] for _ in range(depth)]
         self.pair_idx = pair_idx
-        keep = n_pairs <= GRAM_MAX_PAIRS and n_networks * depth * 64 <= GRAM_MAX_ELEMENTS
-        self.gram = np.full((n_networks, depth) + (0, 0), np.nan) if keep else None
+        keep = P <= GRAM_MAX_INPUTS and n_networks * depth * P * P <= GRAM_MAX_ELEMENTS
+        self.gram = np.full((n_networks, depth, P, P), np.nan) if keep else None
 
     def add(self, layer, nets, H, G):
         """H (B, P, N) pre-activations of layer (0-based) for networks ``nets``; G (B, P) conditional variances."""
@@ -387,13 +387,9 @@ class _Acc:
             r["m4"][nets, layer] = (H2 * H2).mean(axis=(1, 2))
         r["g1"][nets, layer] = G.mean(axis=1)
         r["g2"][nets, layer] = (G * G).mean(axis=1)
-        Q = None
-        if P >= 2:
-            Q = _gram(H) / N
+        Q = _gram(H) / N if P >= 2 or self.gram is not None else None
         if self.gram is not None:
-            if self.gram.shape[-1] != P:
-                self.gram = np.full(self.gram.shape[:2] + (P, P), np.nan)
-            self.gram[nets, layer] = Q if Q is not None else H2.mean(axis=2)[:, :, None]
+            self.gram[nets, layer] = Q
         if P >= 2:
             diag = np.diagonal(Q, axis1=1, axis2=2)
             i, j = self.pair_idx
@@ -443,7 +439,7 @@ def simulate(act, width, depth, sigma_w2, sigma_b2, n_inputs, n_networks=1, seed
         gamma  = Vtilde / V                          kurtosis = E h^4 / (E h^2)^2 - 3
 
     Infinite width: q, qab, c -> sf.propagate; E[V] = (q - qab)(1 - 1/P) and E[Vtilde] = qab +
-    (q - qab)/P (:func:`finite_data_gamma`). With at most 8 inputs (and n_networks x depth <= 2^19)
+    (q - qab)/P (:func:`finite_data_gamma`). With at most 8 inputs (and n_networks x depth x P^2 <= 2^25)
     ``.gram`` holds every network's empirical Gram matrix (1/N) sum_i h_ia h_ib per layer, shape
     (n_networks, depth, P, P); otherwise it is None. ``method="gram"`` (default) samples each layer
     exactly from its P x P Gram matrix (module docstring); ``"weights"`` uses explicit weight
@@ -468,7 +464,7 @@ def _simulate(act, k, width, depth, sw, sb, P, n_networks, seed, alpha, d, input
         keep = max(1, PAIR_CAP // n_networks)
         sel = np.sort(np.random.default_rng(data_seed.spawn(1)[0]).choice(n_pairs, keep, replace=False))
         iu = (iu[0][sel], iu[1][sel])
-    acc = _Acc(n_networks, depth, n_pairs, iu)
+    acc = _Acc(n_networks, depth, P, iu)
     phi, _ = _act_fns(act)
     pool = act.pool
     params = dict(act=act.name, width=width, depth=depth, sigma_w2=sw, sigma_b2=sb, n_inputs=P,

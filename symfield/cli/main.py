@@ -417,8 +417,11 @@ def cmd_gram(args):
         plots.gram_bands(g, sim, width=n, path=plot)
     _emit(args, out, data, {"layer": g.layers}, _params(args, derivatives=g.moments.methods["derivatives"]),
           dps=args.dps, summary={"layer": g.layers, **data, "plot": str(plot) if plot else None})
-    return _check(args, {k: np.asarray(v, float) for k, v in data.items()}, "non-finite values or a flagged "
-                  "numeric derivative (status column)") or (INCOMPLETE if (g.status != 0).any() else 0)
+    bad = _check(args, {k: np.asarray(v, float) for k, v in data.items()}, "non-finite values (status column)")
+    if bad or not (g.status != 0).any():
+        return bad
+    return _incomplete(args, f"{int((g.status != 0).sum())} layer(s) flagged in the status column "
+                             "(1: a numeric derivative's error estimate above 1e-7)")
 
 
 def _two_inputs(q0, d=64):

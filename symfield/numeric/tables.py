@@ -1358,9 +1358,7 @@ _SPENT: dict = {}        # (table key, panel) -> seconds sf.C spent on quadratur
 def fast_C_many(K, q1, q2, q12, one):
     """Array :func:`fast_C`: homogeneous psi in one vectorised pass over the theta-table; otherwise
     ``one(x, y, z)`` (the scalar path, with its quadrature fallback) at each point."""
-    T = _TABLES.get(_key(K))
-    if T is None:
-        T = table(K)
+    T = table(K)
     if T.kind == "homogeneous":
         return C_homogeneous_many(T.arrays(), q1, q2, q12)
     return np.frompyfunc(one, 3, 1)(q1, q2, q12)

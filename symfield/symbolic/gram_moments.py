@@ -4,14 +4,9 @@ With (u, v) ~ N(0, [[q1, q12], [q12, q2]]) and psi the activation (or its pool o
 
     C(q1, q2, q12) = E[psi(u) psi(v)],    m_ij = E[psi(u)^i psi(v)^j]  (i + j = 4)
 
-and the derivatives of C in (q1, q2, q12). Derivatives of an unevaluated E[f(u) g(v)] stay integrals:
-
-    dI/dq12 = E[f'(u) g'(v)]                                 (Price's theorem)
-    dI/dq1  = (E[(x f')(u) g(v)] - q12 E[f'(u) g'(v)]) / (2 q1)  (scale u by s: 2 q1 d1 + q12 d12 = d/ds)
-
-and dI/dq = E[(x f')(sqrt(q) z)]/(2q) for one-input integrals. They need f' free of point masses;
-max-pool integrals are not differentiated here (``derivatives`` returns None and the caller
-differentiates numerically).
+and the derivatives of C in (q1, q2, q12) by the rules of :mod:`symfield.symbolic.derivatives` (Price's
+theorem and the scale identity; the derivative integrals stay integrals). Max-pool pairs have no such
+rule: ``grad`` and ``hess`` are then None and the caller differentiates numerically.
 """
 from __future__ import annotations
 
@@ -23,8 +18,7 @@ import sympy as sp
 
 from symfield.symbolic import gaussian as G
 from symfield.symbolic.activation import Activation, activation, is_monotone
-from symfield.symbolic.formula import X as x
-from symfield.symbolic.integrals import GaussianIntegral, Kind
+from symfield.symbolic.derivatives import d
 from symfield.symbolic.kernel import kernel
 from symfield.symbolic.pool import max_expect1, max_integral2
 
@@ -122,60 +116,6 @@ def moment4(act: Activation):
 
 
 # ---------------------------------------------------------------- derivatives in (q1, q2, q12)
-def _deriv_f(f):
-    d = sp.diff(f, x)
-    if d.has(sp.DiracDelta):
-        raise NotImplementedError(f"{f} has a jump: its derivative has a point mass")
-    return d
-
-
-def _xd(f):
-    """x f'(x), with the point masses that x kills (a kink at 0) removed."""
-    d = sp.expand(x * sp.diff(f, x))
-    out = sp.Integer(0)
-    for term in sp.Add.make_args(d):
-        deltas = [a for a in sp.Mul.make_args(term) if isinstance(a, sp.DiracDelta)]
-        if not deltas:
-            out += term
-        elif len(deltas) == 1 and deltas[0].args == (x,):
-            continue                      # x DiracDelta(x) = 0
-        else:
-            raise NotImplementedError(f"x f'(x) of {f} has a point mass away from 0")
-    return out
-
-
-def _d_integral(I, var):
-    """dI/dvar for one GaussianIntegral (one- or two-input, not pooled)."""
-    spec = I.integrand
-    if spec.kind is Kind.NORMAL1:
-        s = I.scale()
-        if var != s:
-            return sp.Integer(0)
-        return G.expect1(_xd(spec.f)).value.subs(q, s) / (2 * s)
-    if spec.kind is not Kind.NORMAL2:
-        raise NotImplementedError(f"no derivative rule for a {spec.kind.value} integral")
-    f, g = spec.f, spec.g
-    d12 = _pair(_deriv_f(f), _deriv_f(g))[0]
-    if var == q12:
-        return d12
-    if var == q1:
-        return (_pair(_xd(f), g)[0] - q12 * d12) / (2 * q1)
-    return (_pair(f, _xd(g))[0] - q12 * d12) / (2 * q2)
-
-
-def d(expr, var):
-    """d expr / d var (var one of q1, q2, q12), integrals differentiated by the identities above."""
-    ints = sorted(expr.atoms(GaussianIntegral), key=sp.default_sort_key)
-    if not ints:
-        return sp.diff(expr, var)
-    dummies = [sp.Dummy(f"I{i}") for i in range(len(ints))]
-    body = expr.xreplace(dict(zip(ints, dummies)))
-    out = sp.diff(body, var)
-    for I, dm in zip(ints, dummies):
-        out += sp.diff(body, dm) * _d_integral(I, var)
-    return out.xreplace(dict(zip(dummies, ints)))
-
-
 def _derivatives(C):
     try:
         grad = tuple(d(C, v) for v in VARS)

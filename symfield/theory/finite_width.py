@@ -38,9 +38,8 @@ from symfield.core import validate as check
 from symfield.numeric.evaluate import GUARD_DIGITS, evaluate, to_mpf
 from symfield.symbolic import gaussian as G
 from symfield.symbolic.activation import Activation, activation, is_monotone, kinks
-from symfield.symbolic.formula import X as x
-from symfield.symbolic.integrals import GaussianIntegral, Kind
-from symfield.symbolic.pool import max_expect1, max_integral1
+from symfield.symbolic.derivatives import d as derivative
+from symfield.symbolic.pool import max_expect1
 
 _F = "finite_width"
 q = G.q
@@ -113,43 +112,11 @@ def _pool_moment(act: Activation, m: int):
 
 
 def _dq(expr):
-    """d expr/dq, with each Gaussian integral I = E f(sqrt(q) M) differentiated by the scale identity
-    dI/dq = E[(x f')(sqrt(q) M)]/(2q) (a new registered integral); closed parts by sympy.diff."""
-    ints = sorted(expr.atoms(sp.Integral), key=sp.default_sort_key)
-    if not ints:
-        d = sp.diff(expr, q)
-        return sp.simplify(d) if sp.count_ops(d) < 200 else d
-    funcs = [sp.Function(f"_I{i}")(q) for i in range(len(ints))]
-    d = sp.diff(expr.xreplace(dict(zip(ints, funcs))), q)
-    repl = {}
-    for I, fn in zip(ints, funcs):
-        spec = I.integrand if isinstance(I, GaussianIntegral) else None
-        if spec is None or spec.kind not in (Kind.NORMAL1, Kind.MAX1):
-            raise NotImplementedError(f"finite_width cannot differentiate the integral {I} in K.")
-        g = _drop_vanishing_deltas(sp.expand(x * sp.diff(spec.f, x)), spec.f)
-        if spec.kind is Kind.NORMAL1:
-            repl[sp.Derivative(fn, q)] = G.integral1(g) / (2 * q)
-        else:
-            repl[sp.Derivative(fn, q)] = max_integral1(g, spec.k) / (2 * q)
-    return d.xreplace(repl).xreplace(dict(zip(funcs, ints)))
-
-
-def _drop_vanishing_deltas(g, f):
-    """Remove terms c(x) DiracDelta(x - a) with c(a) = 0 (e.g. x f'(x) for a kink at 0); refuse others."""
-    out = sp.Integer(0)
-    for term in sp.Add.make_args(g):
-        deltas = [fac for fac in sp.Mul.make_args(term) if isinstance(fac, sp.DiracDelta)]
-        if not term.has(sp.DiracDelta):
-            out += term
-        elif len(deltas) == 1 and len(deltas[0].args) == 1:
-            a = sp.solve(deltas[0].args[0], x)
-            c = term / deltas[0]
-            if len(a) == 1 and not c.has(sp.DiracDelta) and sp.simplify(c.subs(x, a[0])) == 0:
-                continue
-            raise NotImplementedError(f"finite_width needs x f'(x) without point masses; f = {f} jumps.")
-        else:
-            raise NotImplementedError(f"finite_width needs x f'(x) without point masses; f = {f} jumps.")
-    return out
+    """d expr/dq (symfield.symbolic.derivatives: integrals by the scale identity); small closed forms simplified."""
+    out = derivative(expr, q)
+    if out.has(sp.Integral):
+        return out
+    return sp.simplify(out) if sp.count_ops(out) < 200 else out
 
 
 @lru_cache(maxsize=64)

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 
 import mpmath
 import numpy as np
-import sympy as sp
 
 from symfield.core import validate as check
 from symfield.core.progress import bar
@@ -81,9 +80,7 @@ class GramFluctuations:
     def c_var(self, n):
         """Var[c_hat] at width n: grad c^T gram_cov grad c / n."""
         _, g, _ = self._c_parts()
-        return np.einsum("li,lij,lj->l", g, self.gram_cov, g) / n if g.dtype != object else \
-            np.array([sum(g[l, i] * self.gram_cov[l, i, j] * g[l, j] for i in range(3) for j in range(3))
-                      for l in range(len(g))], dtype=object) / n
+        return (g[:, :, None] * self.gram_cov * g[:, None, :]).sum(axis=(1, 2)) / n
 
     @property
     def gamma(self):
@@ -151,7 +148,10 @@ class _Eval:
         status = np.zeros(L, dtype=np.int8)
         if gm.grad is not None:
             gC = np.stack([self.two(e, K) for e in gm.grad], axis=1)
-            hC = np.stack([np.stack([self.two(e, K) for e in row], axis=1) for row in gm.hess], axis=1)
+            hC = np.zeros((L, 3, 3), dtype=dt)
+            for i in range(3):                   # the Hessian is symmetric: each entry evaluated once
+                for j in range(i, 3):
+                    hC[:, i, j] = hC[:, j, i] = self.two(gm.hess[i][j], K)
         else:
             if self.dps:
                 gC, hC, err = _fd_mp(gm.C, self.kk, self.dps, K)
@@ -164,8 +164,9 @@ class _Eval:
         H[:, 0, 0, 0], H[:, 1, 1, 1], H[:, 2] = d2[0], d2[1], hC
         S = np.zeros((L, 3, 3), dtype=dt)
         S[:, 0, 0], S[:, 1, 1] = m4[0] - psi2[0] ** 2, m4[1] - psi2[1] ** 2
-        S[:, 2, 2] = self.two(gm.m22, K) - C * C
-        S[:, 0, 1] = S[:, 1, 0] = self.two(gm.m22, K) - psi2[0] * psi2[1]
+        m22 = self.two(gm.m22, K)
+        S[:, 2, 2] = m22 - C * C
+        S[:, 0, 1] = S[:, 1, 0] = m22 - psi2[0] * psi2[1]
         S[:, 0, 2] = S[:, 2, 0] = self.two(gm.m31, K) - psi2[0] * C
         S[:, 1, 2] = S[:, 2, 1] = self.two(gm.m13, K) - psi2[1] * C
         return J, H, S, status

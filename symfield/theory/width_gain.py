@@ -53,12 +53,10 @@ class WidthGain:
         return math.sqrt(self.sigma_w2 / fan_in)
 
 
-def sensitivity(act, sigma_w2, sigma_b2, depth, q0=1.0) -> np.ndarray:
-    """dK^(l)/dsigma_w2 for l = 1..depth (float64, exact chain rule)."""
-    act = activation(act) if not isinstance(act, Activation) else act
+def _sensitivity(act, sigma_w2, K, q0) -> np.ndarray:
+    """dK^(l)/dsigma_w2 for l = 1..depth along the variances K^(l) (float64, exact chain rule)."""
     co, kk = coefficients(act), kinks(act.expr)
-    fw = finite_width(act, sigma_w2, sigma_b2, depth, q0)
-    K = fw.K
+    depth = len(K)
     m2 = evaluate(co.psi2, (G.q,), (K,), kk)
     d1 = evaluate(co.dpsi2, (G.q,), (K,), kk)
     out = np.empty(depth)
@@ -95,7 +93,7 @@ def width_gain(act, sigma_w2, sigma_b2, width, depth, q0=1.0) -> WidthGain:
     q0 = float(check.real(_F, "q0", q0, lo=0, lo_open=True))
     act = activation(act) if not isinstance(act, Activation) else act
     fw = finite_width(act, sw, sb, depth, q0)
-    dK = sensitivity(act, sw, sb, depth, q0)[-1]
+    dK = _sensitivity(act, sw, fw.K, q0)[-1]
     K1 = float(fw.K1[-1])
     new = sw - K1 / (n * dK) if K1 else sw
     if not (math.isfinite(new) and new > 0):

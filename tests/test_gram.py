@@ -177,11 +177,6 @@ def test_bad_input_names_the_parameter(kw, name):
         sf.gram_fluctuations(**args)
 
 
-def test_residual_is_refused_clearly():
-    with pytest.raises(NotImplementedError, match="residual"):
-        sf.gram_fluctuations("relu", 2.0, 0.0, 3, residual=0.5)
-
-
 def test_cli_gram_json_and_bad_input(capsys, tmp_path):
     import json
 

@@ -1,4 +1,4 @@
-"""Finite-width fluctuations of the Gram matrix of two inputs (docs/theory.md section 9b).
+"""Finite-width fluctuations of the Gram matrix of two inputs (docs/theory.md sections 9.1 and 9.3).
 
 Entries ordered (aa, bb, ab). Plain network of width n: given layer l, the nodes of layer l+1 are
 i.i.d. N(0, G^(l+1)) with the layer metric G^(l+1) = sigma_b2 + (sigma_w2 k/n) sum_groups psi_a psi_b.
@@ -24,17 +24,23 @@ from dataclasses import dataclass, field
 
 import mpmath
 import numpy as np
+import sympy as sp
 
 from symfield.core import validate as check
 from symfield.core.progress import bar
-from symfield.numeric.evaluate import GUARD_DIGITS, evaluate, to_mpf
+from symfield.numeric.evaluate import GUARD_DIGITS, NUMPY_MODULES, evaluate, to_mpf, vectorised
+from symfield.numeric.layer_pairs import pair_moments
 from symfield.symbolic import gaussian as G
 from symfield.symbolic.activation import Activation, activation, kinks
+from symfield.symbolic.formula import X
 from symfield.symbolic.gram_moments import VARS, GramMoments, gram_moments
 from symfield.theory.finite_width import coefficients
 
 _F = "gram_fluctuations"
 FD_TOL = 1e-7          # numeric derivatives (max-pools): flag a layer whose Richardson estimate exceeds this
+PAIR_ORDER = 8         # Gauss-Legendre nodes per piece of the residual pair rule (numeric.layer_pairs)
+PAIR_PANELS = (1.5,)   # ... and the piece length next to the bends of a smoothly bending activation
+PAIR_TOL = 1e-5        # residual layers are flagged when the pair rule's error estimate exceeds this
 
 
 @dataclass(frozen=True)
@@ -121,7 +127,13 @@ class _Eval:
 
     def __init__(self, act: Activation, dps):
         self.gm, self.co, self.kk, self.dps = gram_moments(act), coefficients(act), kinks(act.expr), dps
+        self.act = act
         self.tick = lambda: None     # progress: called after every evaluation
+
+    def numeric_phi(self):
+        """Vectorised float64 phi and phi' of the single-node activation."""
+        e = self.act.expr
+        return vectorised(e, NUMPY_MODULES), vectorised(sp.diff(e, X), NUMPY_MODULES)
 
     def one(self, expr, qv):
         out = evaluate(expr, (G.q,), (qv,), self.kk, self.dps)
@@ -256,7 +268,8 @@ def gram_fluctuations(act, sigma_w2, sigma_b2, depth, q0=(1.0, 1.0, 0.0), residu
     sigma_w2, sigma_b2 : weight and bias variances (scalars >= 0).
     depth : number of layers; row 0 is the linear layer 1.
     q0 : (qa0, qb0, qab0) = (|x_a|^2, |x_b|^2, x_a.x_b)/n0 (a scalar q means (q, q, 0)).
-    residual : must be None (plain networks); residual blocks are not covered yet.
+    residual : None (plain network) or alpha > 0: z^(l+1) = z^(l) + alpha (W phi(z^(l)) + b) (float64,
+        single-node activations; see :func:`_run_residual`).
     dps : None for float64, else mpmath at ``dps`` digits.
 
     Returns
@@ -273,14 +286,18 @@ def gram_fluctuations(act, sigma_w2, sigma_b2, depth, q0=(1.0, 1.0, 0.0), residu
     depth = check.integer(_F, "depth", depth, lo=1)
     sw = float(check.real(_F, "sigma_w2", sigma_w2, lo=0))
     sb = float(check.real(_F, "sigma_b2", sigma_b2, lo=0))
-    if residual is not None:
-        raise NotImplementedError("gram_fluctuations(residual=...) is not implemented yet: plain networks only "
-                                  "(residual=None).")
     qa, qb, qab = _q0(q0)
     dps = check.dps(_F, dps)
     act = activation(act) if not isinstance(act, Activation) else act
     ev = _Eval(act, dps)
-    params = dict(act=act.name, sigma_w2=sw, sigma_b2=sb, depth=depth, q0=(qa, qb, qab), residual=None, dps=dps)
+    params = dict(act=act.name, sigma_w2=sw, sigma_b2=sb, depth=depth, q0=(qa, qb, qab), residual=residual, dps=dps)
+    if residual is not None:
+        alpha = _residual_alpha(residual, act, dps)
+        params["residual"] = alpha
+        with bar(3 * depth + 24 + depth * (depth - 1) // 2, f"gram_fluctuations of residual {act.name}",
+                 "integral", cached=False) as shown:
+            ev.tick = shown.update
+            return _run_residual(ev, sw, sb, alpha, np.array([qa, qb, qab]), depth, params)
     with bar(3 * depth + 24, f"gram_fluctuations of {act.name}", "integral", cached=False) as shown:
         ev.tick = shown.update
         if dps is None:
@@ -316,3 +333,96 @@ def _run(ev, sw, sb, q0, depth, params):
     status[~finite] = 2
     status = np.maximum.accumulate(status)       # a flagged layer taints the layers it feeds
     return GramFluctuations(K, K1, cov, V, status, np.arange(1, depth + 1), ev.gm, params)
+
+
+# ---------------------------------------------------------------- residual blocks
+def _residual_alpha(residual, act, dps):
+    alpha = float(check.real(_F, "residual", residual, lo=0))
+    if alpha <= 0:
+        check.fail(_F, "residual", "alpha > 0 (or None for a plain network)", residual)
+    if act.pool is not None:
+        check.fail(_F, "residual", "None for pooled activations (residual blocks are covered for single-node "
+                   "activations only)", residual)
+    if dps is not None:
+        check.fail(_F, "dps", "None with residual blocks (their four-point integrals are float64 only)", dps)
+    return alpha
+
+
+def _mat(k):
+    """(aa, bb, ab) -> 2x2 symmetric matrix."""
+    return np.array([[k[0], k[2]], [k[2], k[1]]])
+
+
+def _run_residual(ev, sw, sb, alpha, q0, depth, params, order=PAIR_ORDER):
+    """Residual recursion (docs/theory.md section 9.3). With c = alpha^2 sigma_w2, A = I + c J and the
+    accumulated metric Sigma^(l) (E Ghat = E Sigma, Ghat = Sigma + noise):
+
+        dSigma^(l+1) = A dSigma^(l) + c N_P^(l),   dM = J dSigma + N_P,   dGhat = dSigma + N_Z,
+
+    where N_f are the node-average noises of independent copies of one node's path, with
+    n Cov(N_f^(m), N_g^(l)) = Cov(f(z^(m)), g(z^(l))) for that Gaussian path (Cov z^(m) z^(l) = K^(min)).
+    The mean adds (1/2) H : Var dSigma and a node's feedback on its own metric,
+    n E N_P^(l) = c sum_(m<l) sum_(s,r) Phi(l, m+1)_sr d/dD_s Cov(P_r(z^(m)), P(z^(l)))."""
+    K = np.zeros((depth, 3))
+    K[0] = sw * q0 + sb
+    for l in range(depth - 1):
+        K[l + 1] = K[l] + alpha**2 * (sb + sw * np.array(ev.F(K[l]), dtype=float))
+    c = alpha**2 * sw
+    VS, K1 = np.zeros((depth, 3, 3)), np.zeros((depth, 3))
+    Y = np.zeros((depth, 3, 3))
+    status = np.zeros(depth, dtype=np.int8)
+    if depth > 1:
+        J, H, S, st = ev.layer_terms(K[:-1])
+        status[1:] = st
+        A = np.eye(3)[None] + c * J
+        pairs, err = _pairs(ev, K, order)
+        for i in range(depth - 1):
+            X, EN, Y[i] = _cross(pairs, A, c, i)
+            AX = A[i] @ X
+            VS[i + 1] = A[i] @ VS[i] @ A[i].T + c * (AX + AX.T) + c * c * S[i]
+            K1[i + 1] = K1[i] + c * (J[i] @ K1[i] + (H[i] * VS[i][None]).sum(axis=(1, 2)) / 2 + EN)
+        Y[depth - 1] = _cross(pairs, A, c, depth - 1)[2]
+        if err > PAIR_TOL:
+            status[1:] = 1
+    cov = VS + Y + np.transpose(Y, (0, 2, 1)) + wishart(K)
+    finite = np.isfinite(np.concatenate([K, K1, cov.reshape(depth, 9)], axis=1)).all(axis=1)
+    status[~finite] = 2
+    status = np.maximum.accumulate(status)
+    return GramFluctuations(K, K1, cov, None, status, np.arange(1, depth + 1), ev.gm, params)
+
+
+def _pairs(ev, K, order):
+    """Pair moments for every m < l, and an error estimate: the largest change, relative to the
+    covariances' largest entry (R: that over the increment), when the pairs (0, 1) and (L-2, L-1) (the smallest increments) are redone
+    with ``order + 2`` nodes per piece."""
+    phi, dphi = ev.numeric_phi()
+    x = np.linspace(-6.0, 6.0, 97) + 1e-3 * np.pi            # off any kink at a simple number
+    curved = np.abs(phi(x + 1e-3) - 2 * phi(x) + phi(x - 1e-3)).max() > 1e-9
+    pan = PAIR_PANELS if curved else ()
+    depth = len(K)
+    pairs = {}
+    for l in range(1, depth):
+        for m in range(l):
+            pairs[m, l] = pair_moments(_mat(K[m]), _mat(K[l] - K[m]), phi, dphi, ev.kk, order, pan)
+            ev.tick()
+    err = 0.0
+    for m in sorted({0, depth - 2}):
+        D = K[m + 1] - K[m]
+        hi, lo = pair_moments(_mat(K[m]), _mat(D), phi, dphi, ev.kk, order + 2, pan), pairs[m, m + 1]
+        scale = max(np.abs(hi.QPP).max(), np.abs(hi.QPZ).max(), 1e-300)
+        err = max(err, np.abs(hi.QPP - lo.QPP).max() / scale, np.abs(hi.QPZ - lo.QPZ).max() / scale,
+                  np.abs(hi.R - lo.R).max() / max(np.abs(hi.R).max(), scale / max(D[0], D[1])))
+    return pairs, err
+
+
+def _cross(pairs, A, c, i):
+    """X = n Cov(dSigma^(i), N_P^(i)), n E N_P^(i) and Y = n Cov(dSigma^(i), N_Z^(i)) (0-based layer i)."""
+    X, Y, EN = np.zeros((3, 3)), np.zeros((3, 3)), np.zeros(3)
+    Phi = np.eye(3)                                # Phi(i, m+1) = A_(i-1) ... A_(m+1)
+    for m in range(i - 1, -1, -1):
+        p = pairs[m, i]
+        X += c * Phi @ p.QPP
+        Y += c * Phi @ p.QPZ
+        EN += c * np.einsum("sr,str->t", Phi, p.R)
+        Phi = Phi @ A[m]
+    return X, EN, Y

@@ -7,7 +7,8 @@ E[Ghat^(L)](sigma_w2') = K^(L)(sigma_w2) + O(1/n^2). The sensitivity is exact, b
     dK^(l+1)/dsigma_w2 = <psi^2>_K + sigma_w2 (d<psi^2>/dK) dK^(l)/dsigma_w2,   dK^(1)/dsigma_w2 = q0.
 
 For ReLU-like (degree-1 homogeneous) activations d^2<psi^2>/dK^2 = 0, so K1 = 0 and the gain
-needs no width correction at all.
+of a plain network needs no width correction at all. Residual blocks are different: a node's own
+contribution to the metric of its later increments makes K1 > 0 even for ReLU (docs/theory.md 9.3).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from symfield.numeric.evaluate import evaluate
 from symfield.symbolic import gaussian as G
 from symfield.symbolic.activation import Activation, activation, kinks
 from symfield.theory.finite_width import coefficients, finite_width
+from symfield.theory.gram import gram_fluctuations
 
 _F = "width_gain"
 
@@ -53,8 +55,9 @@ class WidthGain:
         return math.sqrt(self.sigma_w2 / fan_in)
 
 
-def _sensitivity(act, sigma_w2, K, q0) -> np.ndarray:
-    """dK^(l)/dsigma_w2 for l = 1..depth along the variances K^(l) (float64, exact chain rule)."""
+def _sensitivity(act, sigma_w2, K, q0, alpha=None) -> np.ndarray:
+    """dK^(l)/dsigma_w2 for l = 1..depth along the variances K^(l) (float64, exact chain rule);
+    residual blocks: dK^(l+1) = dK^(l) + alpha^2 (<psi^2> + sigma_w2 d<psi^2>/dK dK^(l))."""
     co, kk = coefficients(act), kinks(act.expr)
     depth = len(K)
     m2 = evaluate(co.psi2, (G.q,), (K,), kk)
@@ -62,11 +65,12 @@ def _sensitivity(act, sigma_w2, K, q0) -> np.ndarray:
     out = np.empty(depth)
     out[0] = q0
     for l in range(depth - 1):
-        out[l + 1] = m2[l] + sigma_w2 * d1[l] * out[l]
+        step = m2[l] + sigma_w2 * d1[l] * out[l]
+        out[l + 1] = step if alpha is None else out[l] + alpha**2 * step
     return out
 
 
-def width_gain(act, sigma_w2, sigma_b2, width, depth, q0=1.0) -> WidthGain:
+def width_gain(act, sigma_w2, sigma_b2, width, depth, q0=1.0, residual=None) -> WidthGain:
     """The sigma_w2 for which E[Ghat_aa^(depth)] at ``width`` equals K^(depth)(sigma_w2, sigma_b2), to O(1/n).
 
     Parameters
@@ -76,6 +80,8 @@ def width_gain(act, sigma_w2, sigma_b2, width, depth, q0=1.0) -> WidthGain:
     width : hidden width n (>= 1).
     depth : the layer whose mean variance is matched (>= 1; row convention of sf.finite_width).
     q0 : input norm |x|^2/n0 (> 0).
+    residual : None, or alpha > 0 for residual blocks z + alpha (W phi(z) + b); K1 then comes from
+        sf.gram_fluctuations(..., residual=alpha) and is not zero for ReLU (a node's own feedback).
 
     Returns
     -------
@@ -92,12 +98,18 @@ def width_gain(act, sigma_w2, sigma_b2, width, depth, q0=1.0) -> WidthGain:
     depth = check.integer(_F, "depth", depth, lo=1)
     q0 = float(check.real(_F, "q0", q0, lo=0, lo_open=True))
     act = activation(act) if not isinstance(act, Activation) else act
-    fw = finite_width(act, sw, sb, depth, q0)
-    dK = _sensitivity(act, sw, fw.K, q0)[-1]
-    K1 = float(fw.K1[-1])
+    if residual is None:
+        fw = finite_width(act, sw, sb, depth, q0)
+        K, K1, alpha = fw.K, float(fw.K1[-1]), None
+    else:
+        g = gram_fluctuations(act, sw, sb, depth, q0=(q0, q0, 0.0), residual=residual)
+        if g.status[-1]:
+            raise ArithmeticError(f"width_gain: the residual theory flagged layer {depth} (status {g.status[-1]})")
+        K, K1, alpha = g.K[:, 0], float(g.K1[-1, 0]), g.params["residual"]
+    dK = _sensitivity(act, sw, K, q0, alpha)[-1]
     new = sw - K1 / (n * dK) if K1 else sw
     if not (math.isfinite(new) and new > 0):
         raise ValueError(f"width_gain: no positive correction at width={n}, depth={depth} "
                          f"(K1={K1:.6g}, dK/dsigma_w2={dK:.6g}); the 1/n expansion does not hold there.")
-    return WidthGain(new, sw, n, depth, float(fw.K[-1]), K1, float(dK),
-                     dict(act=act.name, sigma_w2=sw, sigma_b2=sb, width=n, depth=depth, q0=q0))
+    return WidthGain(new, sw, n, depth, float(K[-1]), K1, float(dK),
+                     dict(act=act.name, sigma_w2=sw, sigma_b2=sb, width=n, depth=depth, q0=q0, residual=alpha))

@@ -1,19 +1,25 @@
 """Time and memory budgets for slow calls (sympy steps, a phase under a verify budget), on any thread.
 
-A watchdog thread waits beside the call. When the wall-clock budget is spent, or the resident set
-size of the process (``/proc/self/statm``) has grown by more than the memory budget since the call
-started, it raises an exception in the working thread with ``PyThreadState_SetAsyncExc``. Python
-code (all of SymPy, most of mpmath) sees it at its next bytecode; one long C call (a huge integer
-power) is not interrupted, which is why the formula parser bounds numbers before SymPy sees them.
+One daemon watchdog thread per process (started by the first budgeted call, again after a fork)
+serves a registry of active budgets: thread, deadline, memory budget. When a wall-clock budget is
+spent, or the resident set size of the process (``/proc/self/statm``) has grown by more than the
+memory budget since the call started, it raises an exception in the working thread with
+``PyThreadState_SetAsyncExc``. Python code (all of SymPy, most of mpmath) sees it at its next
+bytecode; one long C call (a huge integer power) is not interrupted, which is why the formula parser
+bounds numbers before SymPy sees them.
 
 The injected exception derives from BaseException (so ``except Exception`` inside SymPy does not
-swallow it), is private to one call (so nested budgets do not steal each other's interrupts) and is
-re-raised every :data:`REFIRE_SECONDS` until the call has unwound. At the call boundary it becomes
-:class:`TimeLimitExceeded` (:func:`call_with_time_limit`) or :class:`TooExpensive` (:func:`bounded`).
+swallow it), is private to one call (so nested budgets do not steal each other's interrupts; of a
+thread's spent budgets the outermost fires) and is re-raised every :data:`REFIRE_SECONDS` while
+the call is active. A call leaves the registry before it returns, under the watchdog's lock, and
+cancels an interrupt set but not yet delivered, so none outlives its budget. At the call boundary
+it becomes :class:`TimeLimitExceeded` (:func:`call_with_time_limit`) or :class:`TooExpensive`
+(:func:`bounded`).
 """
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import threading
 import time
@@ -36,6 +42,15 @@ class _Interrupt(BaseException):
     """Raised asynchronously in the working thread; one subclass per budgeted call."""
 
 
+_lock = threading.Lock()          # guards the registry, the watchdog and every PyThreadState_SetAsyncExc
+_wake = threading.Condition(_lock)
+_active = {}                      # serial number (nesting order) -> _Budget
+_serial = itertools.count()
+_watchdog = None
+_SET_ASYNC = ctypes.pythonapi.PyThreadState_SetAsyncExc
+_STARTING = getattr(threading, "_limbo", {})   # threading's threads started but not yet running (in place)
+
+
 def _rss() -> int:
     """Resident set size of this process in bytes (0 where /proc is missing)."""
     try:
@@ -45,63 +60,152 @@ def _rss() -> int:
         return 0
 
 
-class _Watchdog:
-    """Interrupts thread ``tid`` with its own _Interrupt subclass past ``seconds`` or ``memory`` bytes."""
+def _set_async(tid, exc):
+    """Arm ``exc`` in thread ``tid`` (None: cancel a pending one); False when the thread is gone."""
+    return _SET_ASYNC(ctypes.c_ulong(tid), None if exc is None else ctypes.py_object(exc)) > 0
+
+
+def _fire(tid, exc):
+    """Arm ``exc`` in thread ``tid`` unless a thread is starting: True (armed), None (try again), False (gone).
+
+    CPython gives a new thread's state its creator's id until the new thread runs, and the call arms
+    the first state with the id: the starting thread would die of it and its creator wait in
+    Thread.start for ever. Check and call run without a bytecode between them that could switch threads."""
+    args = ctypes.c_ulong(tid), ctypes.py_object(exc)
+    n = None if _STARTING else _SET_ASYNC(*args)
+    return None if n is None else n > 0
+
+
+class _Budget:
+    """One budgeted call: its thread, deadline, memory budget and private _Interrupt subclass."""
 
     def __init__(self, seconds, memory):
         self.seconds, self.memory = seconds, memory
         self.exc = type("_Interrupt", (_Interrupt,), {})
         self.tid = threading.get_ident()
-        self.lock = threading.Lock()
-        self.done = threading.Event()
-        self.reason = None
-        self.thread = threading.Thread(target=self._watch, name="symfield-budget", daemon=True)
+        self.key = self.deadline = self.reason = self.fired = None
+        self.start_rss = 0
+        self.leaving = False      # set first thing on exit: the watchdog no longer fires it
 
-    def start(self):
-        self.start_rss = _rss()
-        self.deadline = time.monotonic() + self.seconds if self.seconds else None
-        self.thread.start()
+    def spent(self, now, rss):
+        """The reason the budget is spent ("0.5 s", "200 MB of memory"), else None."""
+        if self.deadline is not None and now >= self.deadline:
+            return f"{self.seconds:g} s"
+        if self.memory and rss - self.start_rss > self.memory:
+            return f"{self.memory / 1024**2:.0f} MB of memory"
+        return None
 
-    def _watch(self):
-        fired = None
-        while not self.done.wait(POLL_SECONDS):
-            now = time.monotonic()
-            if self.reason is None:
-                if self.deadline is not None and now >= self.deadline:
-                    self.reason = f"{self.seconds:g} s"
-                elif self.memory and _rss() - self.start_rss > self.memory:
-                    self.reason = f"{self.memory / 1024**2:.0f} MB of memory"
-            if self.reason is not None and (fired is None or now - fired >= REFIRE_SECONDS):
-                with self.lock:
-                    if self.done.is_set():
-                        return
-                    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.tid), ctypes.py_object(self.exc))
-                fired = now
 
-    def stop(self):
-        """Stop the watchdog and clear an interrupt it set but the thread has not yet seen."""
-        with self.lock:
-            self.done.set()
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.tid), None)
+def _spent_outermost(tid):
+    """The outermost spent budget of thread ``tid`` still running (the one to fire), else None."""
+    for key in sorted(_active):
+        b = _active[key]
+        if b.tid == tid and b.reason is not None and not b.leaving:
+            return b
+    return None
+
+
+def _tick(now):
+    """Fire what is due (lock held); seconds until the next look (None: nothing to watch)."""
+    rss = _rss() if any(b.memory and not b.leaving for b in _active.values()) else 0
+    wait = None
+    for b in list(_active.values()):
+        if b.reason is None and not b.leaving:
+            b.reason = b.spent(now, rss)
+        if b.reason is None and not b.leaving:
+            until = min(b.deadline - now if b.deadline is not None else POLL_SECONDS,
+                        POLL_SECONDS if b.memory else float("inf"))
+            wait = until if wait is None else min(wait, until)
+    for tid in {b.tid for b in _active.values()}:
+        b = _spent_outermost(tid)
+        if b is None:
+            continue
+        if b.fired is None or now - b.fired >= REFIRE_SECONDS:
+            armed = _fire(tid, b.exc)
+            if armed is None:                    # a thread is starting: again in a moment
+                wait = 0.001
+                continue
+            if not armed:                        # the thread ended without leaving: forget it
+                for key in [k for k, x in _active.items() if x.tid == tid]:
+                    del _active[key]
+                continue
+            b.fired = now
+        until = b.fired + REFIRE_SECONDS - now
+        wait = until if wait is None else min(wait, until)
+    return None if wait is None else max(wait, 0.001)
+
+
+def _watch():
+    """The watchdog thread: sleeps until the next deadline, poll or re-fire."""
+    with _wake:
+        while True:
+            _wake.wait(_tick(time.monotonic()))
+
+
+def _enter(budget):
+    """Register ``budget`` (starting the watchdog if this process has none running)."""
+    global _watchdog
+    if budget.memory:
+        budget.start_rss = _rss()
+    with _lock:
+        for key in [k for k, b in _active.items() if b.tid == budget.tid and b.leaving]:
+            del _active[key]   # left by an exit that an outer interrupt cut short
+        if _watchdog is None or not _watchdog.is_alive():
+            _watchdog = threading.Thread(target=_watch, name="symfield-budget", daemon=True)
+            _watchdog.start()
+        budget.deadline = time.monotonic() + budget.seconds if budget.seconds else None
+        budget.key = next(_serial)
+        _active[budget.key] = budget
+        _wake.notify()
+
+
+def _leave(budget):
+    """Unregister ``budget`` and the budgets nested in it; cancel a pending interrupt of the thread
+    and re-arm the one of a spent outer budget (so that one still propagates)."""
+    with _lock:
+        if budget.key is None:
+            return
+        for key in [k for k, b in _active.items() if b.tid == budget.tid and k >= budget.key]:
+            del _active[key]
+        budget.key = None
+        _set_async(budget.tid, None)
+        outer = _spent_outermost(budget.tid)
+        if outer is not None:
+            outer.fired = time.monotonic()
+            _set_async(budget.tid, outer.exc)
+
+
+def _after_fork():
+    """In a forked child: a fresh lock, only the forking thread's budgets, a new watchdog when needed."""
+    global _lock, _wake, _watchdog
+    _lock = threading.Lock()
+    _wake = threading.Condition(_lock)
+    me = threading.get_ident()
+    for key in [k for k, b in _active.items() if b.tid != me]:
+        del _active[key]
+    _watchdog = None
+    if _active:
+        _watchdog = threading.Thread(target=_watch, name="symfield-budget", daemon=True)
+        _watchdog.start()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def _run(seconds, memory, fn, args, kwargs):
     """(True, fn(...)) or (False, reason) when the budget ran out."""
-    dog = _Watchdog(seconds, memory)
+    budget = _Budget(seconds, memory)
     try:
         try:
-            dog.start()
+            _enter(budget)
             return True, fn(*args, **kwargs)
         finally:
-            dog.stop()
-    except dog.exc:
-        while True:   # an interrupt may land inside the except clause before stop() took the lock
-            try:
-                dog.stop()
-                break
-            except dog.exc:
-                continue
-        return False, dog.reason
+            budget.leaving = True   # a plain store: no interrupt can land before it
+            _leave(budget)
+    except budget.exc:   # at most one more can arrive (set before `leaving`): it lands here or above
+        _leave(budget)
+        return False, budget.reason
 
 
 def call_with_time_limit(seconds, fn, *args, **kwargs):

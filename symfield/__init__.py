@@ -9,11 +9,12 @@ stay importable, and each imports only from the layers before it (tests/test_lay
 The theory is written up in docs/theory.md.
 """
 from symfield.core.version import __version__
+from symfield import init  # sf.init: EOC initialisers for JAX/Flax and PyTorch (lazy imports)
 from symfield.io import plots  # figures; matplotlib is imported only when one is drawn
 from symfield.reports.bench import bench
 from symfield.reports.derive import derive
 from symfield.reports.verify import verify
-from symfield.simulate import class_gradients, finite_data_gamma, simulate
+from symfield.simulate import class_gradients, finite_data_gamma, simulate, simulate_jacobian
 from symfield.sweep import SweepResult, sweep
 from symfield.symbolic.activation import Activation, activation, activations
 from symfield.symbolic.kernel import Kernel, kernel
@@ -21,6 +22,7 @@ from symfield.theory import igb
 from symfield.theory.divergence import divergence
 from symfield.theory.finite_width import finite_width
 from symfield.theory.gram import GramFluctuations, gram_fluctuations
+from symfield.theory.jacobian import IsometryDiagram, JacobianSpectrum, isometry_diagram, jacobian_spectrum
 from symfield.theory.width_gain import WidthGain, width_gain
 from symfield.theory.fixedpoint import (
     c_star,
@@ -60,8 +62,12 @@ __all__ = [
     "gram_fluctuations", "GramFluctuations", "width_gain", "WidthGain",
     # finite width by simulation
     "simulate", "class_gradients", "finite_data_gamma",
+    # Jacobian spectrum (docs/theory.md section 11)
+    "jacobian_spectrum", "JacobianSpectrum", "isometry_diagram", "IsometryDiagram", "simulate_jacobian",
     # reports and sweeps
     "derive", "verify", "bench", "sweep", "SweepResult",
     # figures
     "plots",
+    # initialisers and diagnosis of recorded networks (symfield/init.py)
+    "init",
 ]

@@ -39,19 +39,22 @@ rounding (BLAS summation order), never the random numbers.
 """
 from __future__ import annotations
 
-import ctypes
-import re
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Literal
 
 import mpmath
 import numpy as np
 import sympy as sp
+from numpy.typing import ArrayLike, NDArray
 
 from symfield.core import validate as check
+from symfield.core.dataset import ToXarray
 from symfield.core.files import save_npz
+from symfield.core.version import provenance
+from symfield.core.progress import interactive, tqdm_class
 from symfield.symbolic.activation import Activation, activation
 from symfield.symbolic.formula import X as x
 
@@ -113,53 +116,16 @@ def _pool_backward(grad_y, phi_h, dphi_h, pool, k):
 
 
 # ---------------------------------------------------------------- BLAS threads
-@lru_cache(maxsize=1)
-def _openblas_controls():
-    """(get, set) num_threads of the OpenBLAS loaded by NumPy (Linux /proc/self/maps), or None."""
-    try:
-        with open("/proc/self/maps") as fh:
-            paths = sorted(set(re.findall(r"(/\S*openblas\S*\.so\S*)", fh.read())))
-    except OSError:
-        return None
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for pre, suf in (("scipy_openblas_", "64_"), ("scipy_openblas_", ""), ("openblas_", "64_"), ("openblas_", "")):
-            get, put = f"{pre}get_num_threads{suf}", f"{pre}set_num_threads{suf}"
-            if hasattr(lib, get) and hasattr(lib, put):
-                getter, setter = getattr(lib, get), getattr(lib, put)
-                getter.restype, setter.argtypes = ctypes.c_int, [ctypes.c_int]
-                return getter, setter
-    return None
-
-
 @contextmanager
 def _blas_threads(n):
-    """Limit BLAS threads to n inside the block (None: leave them alone). threadpoolctl when installed,
-    else OpenBLAS's own get/set_num_threads; a no-op when neither is available."""
+    """Limit BLAS threads to n inside the block (None: leave them alone), whichever BLAS NumPy loaded
+    (OpenBLAS, MKL or BLIS): threadpoolctl finds it and restores the old setting on exit."""
     if n is None:
         yield
         return
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        threadpool_limits = None
-    if threadpool_limits is not None:
-        with threadpool_limits(limits=n, user_api="blas"):
-            yield
-        return
-    ctl = _openblas_controls()
-    if ctl is None:
+    from threadpoolctl import threadpool_limits
+    with threadpool_limits(limits=n, user_api="blas"):
         yield
-        return
-    old = ctl[0]()
-    ctl[1](n)
-    try:
-        yield
-    finally:
-        ctl[1](old)
 
 
 # ---------------------------------------------------------------- validation and inputs
@@ -259,11 +225,10 @@ def _gram(A):
 
 
 def _progress(total, progress, desc):
-    show = sys.stderr.isatty() if progress is None else bool(progress)
+    show = interactive() if progress is None else bool(progress)
     if not show:
         return None
-    from tqdm import tqdm
-    return tqdm(total=total, desc=desc, leave=False)
+    return tqdm_class()(total=total, desc=desc, leave=False, file=sys.stderr)
 
 
 # ---------------------------------------------------------------- results
@@ -299,7 +264,7 @@ class PerNetwork:
 
 
 @dataclass(frozen=True)
-class Simulation:
+class Simulation(ToXarray):
     """Per-layer statistics of finite-width networks; row i is layer i + 1 (row 0: linear layer 1).
 
     ``q``, ``qab``, ``V``, ``Vtilde`` are means over networks; ``gamma = Vtilde/V``;
@@ -312,6 +277,10 @@ class Simulation:
     pooled over networks, inputs and nodes; ``kurtosis_cond = 3 E[G^2]/E[G]^2 - 3`` is its
     Rao-Blackwellised estimate from the exact conditional variances G (plain networks only:
     h | G ~ N(0, G)); ``q_cond = E[G]``. NaN where undefined (pairs need n_inputs >= 2).
+
+    ``to_xarray()``: the means over (layer,), ``c_quantiles`` over (quantile, layer), the per-network
+    rows (``networks``) as ``net_<name>`` over (network, layer), ``inputs`` over (input, feature) and,
+    when kept, ``gram`` over (network, layer, input, input2); the parameters in ``attrs``.
     """
     q: np.ndarray
     qab: np.ndarray
@@ -343,20 +312,57 @@ class Simulation:
     def c95(self):
         return self.c_quantiles[2]
 
+    MEANS = ("q", "qab", "c", "V", "Vtilde", "gamma", "kurtosis", "gamma_norm", "q_cond", "kurtosis_cond")
+
+    def dataset_parts(self) -> dict:
+        """The arrays, coordinates, dims and parameters of :meth:`to_xarray` (for symfield.io.output.save)."""
+        data = {n: np.asarray(getattr(self, n)) for n in self.MEANS}
+        dims = {n: ("layer",) for n in self.MEANS}
+        data["c_quantiles"], dims["c_quantiles"] = self.c_quantiles, ("quantile", "layer")
+        for n in PerNetwork.__dataclass_fields__:
+            data[f"net_{n}"], dims[f"net_{n}"] = getattr(self.networks, n), ("network", "layer")
+        data["inputs"], dims["inputs"] = np.asarray(self.inputs), ("input", "feature")
+        P = self.inputs.shape[0]
+        coords = {"layer": np.asarray(self.layers), "quantile": np.asarray(QUANTILES),
+                  "network": np.arange(self.networks.q.shape[0]), "input": np.arange(P)}
+        if self.gram is not None:
+            data["gram"], dims["gram"] = self.gram, ("network", "layer", "input", "input2")
+            coords["input2"] = np.arange(P)
+        return dict(data=data, coords=coords, dims=dims, params={**self.params, "method": self.method})
+
     def save(self, path):
-        """Write every per-layer array and the parameters to an .npz file."""
-        arrays = {n: getattr(self, n) for n in ("layers", "q", "qab", "c", "c_quantiles", "V", "Vtilde",
-                                                "gamma", "kurtosis", "gamma_norm", "q_cond", "kurtosis_cond")}
+        """Write every per-layer array, the parameters and the provenance to an .npz file."""
+        arrays = {n: getattr(self, n) for n in ("layers", "c_quantiles") + self.MEANS}
         arrays.update({f"net_{n}": getattr(self.networks, n) for n in PerNetwork.__dataclass_fields__})
-        save_npz(path, {**arrays, "params": np.array(repr(self.params))})
+        save_npz(path, {**arrays, "params": np.array(repr(self.params)),
+                        "provenance": np.array(repr(provenance()))})
 
 
-def finite_data_gamma(q, qab, n_inputs):
-    """Expected estimators for P = n_inputs inputs of covariance q I + qab (11^T - I) (docs/theory.md s. 10):
+def finite_data_gamma(q: ArrayLike, qab: ArrayLike,
+                      n_inputs: int) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """Expected estimators for P = n_inputs inputs of covariance q I + qab (11^T - I) (docs/theory.md s. 10)::
 
         E[V] = sigma_y2 (1 - 1/P),  E[Vtilde] = sigma_mu2 + sigma_y2/P,   sigma_y2 = q - qab, sigma_mu2 = qab
 
-    (exact for Gaussian nodes, ddof 0); returns (E[V], E[Vtilde], E[Vtilde]/E[V])."""
+    (exact for Gaussian nodes, ddof 0).
+
+    Parameters
+    ----------
+    q, qab : array_like
+        Per-node variance and covariance of two inputs.
+    n_inputs : int
+        P (>= 2).
+
+    Returns
+    -------
+    tuple of ndarray
+        (E[V], E[Vtilde], E[Vtilde]/E[V]).
+
+    Examples
+    --------
+    >>> [float(v) for v in sf.finite_data_gamma(1.0, 0.5, 4)]
+    [0.375, 0.625, 1.6666666666666667]
+    """
     q = check.real("finite_data_gamma", "q", q)
     qab = check.real("finite_data_gamma", "qab", qab)
     P = check.integer("finite_data_gamma", "n_inputs", n_inputs, lo=2)
@@ -426,12 +432,15 @@ class _Acc:
                 gram=self.gram)
 
 
-def simulate(act, width, depth, sigma_w2, sigma_b2, n_inputs, n_networks=1, seed=0, residual=None, *,
-             inputs="orthonormal", input_dim=None, method="gram", progress=None, blas_threads=1) -> Simulation:
+def simulate(act: str | Activation, width: int, depth: int, sigma_w2: float, sigma_b2: float, n_inputs: int,
+             n_networks: int = 1, seed: int = 0, residual: float | None = None, *,
+             inputs: Literal["orthonormal", "gaussian"] = "orthonormal", input_dim: int | None = None,
+             method: Literal["gram", "weights"] = "gram", progress: bool | None = None,
+             blas_threads: int | None = 1) -> Simulation:
     """Simulate ``n_networks`` random networks of width N = ``width`` on P = ``n_inputs`` inputs.
 
     Per layer l = 1..depth (row 0 = the linear layer 1, as in ``sf.propagate``), with h_ia the
-    pre-activation of node i on input a:
+    pre-activation of node i on input a::
 
         q      = mean_a (1/N) sum_i h_ia^2           qab = mean_{a<b} (1/N) sum_i h_ia h_ib
         c      = mean and 5/50/95% quantiles of qab_ab/sqrt(q_aa q_bb) over pairs and networks
@@ -447,6 +456,39 @@ def simulate(act, width, depth, sigma_w2, sigma_b2, n_inputs, n_networks=1, seed
     ``blas_threads``: BLAS threads during the run (default 1; None leaves the setting alone). The
     products are P x P x N: on a busy two-core machine two BLAS threads thrash (measured 64 s vs
     18 s for width 10000, depth 100, 200 inputs); one thread takes ~20 s for that size.
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    width, depth : int
+        Hidden width N and number of layers.
+    sigma_w2, sigma_b2 : float
+        Weight and bias variances.
+    n_inputs : int
+        Number of inputs P.
+    n_networks, seed : int
+        Independent networks, and the seed they derive from.
+    residual : float, optional
+        alpha for residual blocks.
+    inputs : {'orthonormal', 'gaussian'}
+        Input design (module docstring); ``input_dim`` (int, optional) is their dimension d.
+    method : {'gram', 'weights'}
+        Sample from the Gram matrix, or use explicit weight matrices.
+    progress : bool, optional
+        Progress bar (default: on a terminal or in a notebook).
+    blas_threads : int, optional
+        BLAS threads during the run.
+
+    Returns
+    -------
+    Simulation
+        Per-layer ``q``, ``qab``, ``c`` (and quantiles), ``V``, ``Vtilde``, ``gamma``, ``kurtosis``, ``gram``.
+
+    Examples
+    --------
+    >>> sf.simulate("relu", 200, 3, 2.0, 0.0, n_inputs=4).q.shape
+    (3,)
     """
     act, k, width, depth, sw, sb, P, n_networks, seed, alpha, d = _validate(
         _F, act, width, depth, sigma_w2, sigma_b2, n_inputs, n_networks, seed, residual, inputs, input_dim, method)
@@ -554,7 +596,7 @@ def _run_weights(acc, i, net_seed, X, phi, pool, k, N, depth, sw, sb, alpha, bar
 
 # ---------------------------------------------------------------- per-class gradients (docs/theory.md section 6)
 @dataclass(frozen=True)
-class ClassGradients:
+class ClassGradients(ToXarray):
     """Mean squared gradients (1/N) sum_i (dl_a/dh_i^(l))^2 of the per-sample loss, averaged over samples.
 
     Arrays of shape (n_networks, depth), row index l - 1: ``all`` (every sample), ``favoured``
@@ -570,6 +612,17 @@ class ClassGradients:
     labels: np.ndarray
     layers: np.ndarray
     params: dict = field(default_factory=dict)
+
+    def dataset_parts(self) -> dict:
+        """For :meth:`to_xarray`: ``grad_all``/``grad_favoured``/``grad_unfavoured`` over (network, layer),
+        ``favoured_class`` and ``g0`` over (network,), ``labels`` over (input,)."""
+        data = {f"grad_{n}": getattr(self, n) for n in ("all", "favoured", "unfavoured")}
+        dims = {n: ("network", "layer") for n in data}
+        data.update(favoured_class=self.favoured_class, g0=self.g0, labels=self.labels)
+        dims.update(favoured_class=("network",), g0=("network",), labels=("input",))
+        coords = {"layer": np.asarray(self.layers), "network": np.arange(self.g0.shape[0]),
+                  "input": np.arange(self.labels.shape[0])}
+        return dict(data=data, coords=coords, dims=dims, params=dict(self.params))
 
 
 def _expit(t):
@@ -609,9 +662,11 @@ def _logits_and_backprop(net_seed, X, labels, phi, dphi, pool, k, N, depth, sw, 
     return z
 
 
-def class_gradients(act, width=1000, depth=20, sigma_w2=2.0, sigma_b2=0.0, n_inputs=200, n_networks=1, seed=0,
-                    residual=None, *, inputs="orthonormal", input_dim=None, progress=None,
-                    blas_threads=1) -> ClassGradients:
+def class_gradients(act: str | Activation, width: int = 1000, depth: int = 20, sigma_w2: float = 2.0,
+                    sigma_b2: float = 0.0, n_inputs: int = 200, n_networks: int = 1, seed: int = 0,
+                    residual: float | None = None, *, inputs: Literal["orthonormal", "gaussian"] = "orthonormal",
+                    input_dim: int | None = None, progress: bool | None = None,
+                    blas_threads: int | None = 1) -> ClassGradients:
     """Per-class gradients at initialisation: the network of :func:`simulate`, a linear readout to two
     logits z = W_out y^(L) + b_out (W_out ~ N(0, sigma_w2/N), b_out ~ N(0, sigma_b2)) and the per-sample
     softmax cross-entropy l_a = -log softmax(z_a)[t_a], labels t_a a seeded random half/half split.
@@ -620,6 +675,35 @@ def class_gradients(act, width=1000, depth=20, sigma_w2=2.0, sigma_b2=0.0, n_inp
     dl/dh^(l) = pool'(h^(l)) (W^(l+1))^T dl/dh^(l+1) (+ the identity path for residual blocks).
     Uses explicit weights, regenerated per layer from per-layer seeds (never all held at once), so
     the default width is smaller than simulate's. Memory O(depth N P) for the stored pre-activations.
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    width, depth : int
+        Hidden width N and number of layers.
+    sigma_w2, sigma_b2 : float
+        Weight and bias variances.
+    n_inputs : int
+        Number of inputs P.
+    n_networks, seed : int
+        Independent networks, and the seed they derive from.
+    residual : float, optional
+        alpha for residual blocks.
+    inputs : {'orthonormal', 'gaussian'}
+        Input design (module docstring); ``input_dim`` (int, optional) is their dimension d.
+    progress, blas_threads : bool or int, optional
+        As in :func:`simulate`.
+
+    Returns
+    -------
+    ClassGradients
+        Gradient norms per layer: ``all``, ``favoured``, ``unfavoured``; ``favoured_class``, ``g0``, ``labels``.
+
+    Examples
+    --------
+    >>> sf.class_gradients("tanh", width=50, depth=3, n_inputs=8).layers.size
+    3
     """
     func = "class_gradients"
     act, k, width, depth, sw, sb, P, n_networks, seed, alpha, d = _validate(
@@ -661,3 +745,99 @@ def _class_gradients(act, k, width, depth, sw, sb, P, n_networks, seed, alpha, d
                   n_networks=n_networks, seed=seed, residual=alpha, input_dim=d)
     return ClassGradients(all=out["all"], favoured=out["favoured"], unfavoured=out["unfavoured"],
                           favoured_class=fav, g0=g0, labels=labels, layers=np.arange(1, depth + 1), params=params)
+
+
+# ---------------------------------------------------------------- input-output Jacobian (docs/theory.md section 11)
+@dataclass
+class JacobianSimulation(ToXarray):
+    """Squared singular values ``sv2`` (n_networks, width) of J = dz^(L)/dx of real networks, and per
+    network m_k = (1/n) tr (J J^T)^k, k = 1..6 (``moments``, shape (n_networks, 6))."""
+    sv2: np.ndarray
+    moments: np.ndarray
+    params: dict
+
+    def mean(self, k):
+        return float(self.moments[:, k - 1].mean())
+
+    def dataset_parts(self) -> dict:
+        """For :meth:`to_xarray`: ``sv2`` over (network, rank), ``moments`` over (network, moment), moment = k."""
+        nets, n = self.sv2.shape
+        return dict(data={"sv2": self.sv2, "moments": self.moments},
+                    coords={"network": np.arange(nets), "rank": np.arange(n),
+                            "moment": np.arange(1, self.moments.shape[1] + 1)},
+                    dims={"sv2": ("network", "rank"), "moments": ("network", "moment")}, params=dict(self.params))
+
+    def stderr(self, k):
+        n = self.moments.shape[0]
+        return float(self.moments[:, k - 1].std(ddof=1) / np.sqrt(n)) if n > 1 else np.nan
+
+
+def _haar(rng, n):
+    """Haar-random orthogonal n x n (QR of a Gaussian matrix, signs fixed by diag R)."""
+    qm, r = np.linalg.qr(rng.standard_normal((n, n)))
+    return qm * np.sign(np.diag(r))
+
+
+def simulate_jacobian(act: str | Activation, width: int, depth: int, sigma_w2: float, sigma_b2: float,
+                      n_networks: int = 1, seed: int = 0, weights: Literal["gaussian", "orthogonal"] = "gaussian",
+                      q0: float = 1.0) -> JacobianSimulation:
+    """Jacobians of seeded random networks of constant width (input dimension = width), input x with
+    x.x/width = q0: z^(1) = W_1 x + b_1, z^(l+1) = W_{l+1} phi(z^(l)) + b_{l+1}; W Gaussian
+    N(0, sigma_w2/width) or sqrt(sigma_w2) x Haar orthogonal; J = W_L D_{L-1} ... D_1 W_1.
+
+    Parameters
+    ----------
+    act : str or Activation
+        A single-node activation.
+    width, depth : int
+        Width (= input dimension) and number of layers.
+    sigma_w2, sigma_b2 : float
+        Weight and bias variances.
+    n_networks, seed : int
+        Independent networks, and the seed they derive from.
+    weights : {'gaussian', 'orthogonal'}
+        Weight distribution.
+    q0 : float
+        Input norm x.x/width.
+
+    Returns
+    -------
+    JacobianSimulation
+        ``sv2`` (squared singular values of J per network), their ``moments`` and ``params``.
+
+    Examples
+    --------
+    >>> sf.simulate_jacobian("relu", 50, 3, 2.0, 0.0).sv2.size
+    50
+    """
+    f = "simulate_jacobian"
+    a = act if isinstance(act, Activation) else activation(act)
+    if a.pool is not None:
+        check.fail(f, "act", "a single-node activation (no pool)", a.name)
+    n = check.integer(f, "width", width, lo=2, hi=20_000)
+    depth = check.integer(f, "depth", depth, lo=1, hi=10_000)
+    nets = check.integer(f, "n_networks", n_networks, lo=1)
+    sw = float(_scalar(f, "sigma_w2", sigma_w2))
+    sb = float(_scalar(f, "sigma_b2", sigma_b2))
+    q0 = float(check.real(f, "q0", q0, lo=0, lo_open=True))
+    if weights not in ("gaussian", "orthogonal"):
+        check.fail(f, "weights", "one of ('gaussian', 'orthogonal')", weights)
+    check.memory(f, f"width = {n}: 3 matrices of width^2 float64", 24 * n * n)
+    phi, dphi = _act_fns(a)
+    sv2, mom = np.empty((nets, n)), np.empty((nets, 6))
+    for i, ss in enumerate(np.random.SeedSequence(seed).spawn(nets)):
+        rng = np.random.default_rng(ss)
+        draw = (lambda: rng.standard_normal((n, n)) * np.sqrt(sw / n)) if weights == "gaussian" else \
+            (lambda: _haar(rng, n) * np.sqrt(sw))
+        x0 = rng.standard_normal(n)
+        x0 *= np.sqrt(q0 * n) / np.linalg.norm(x0)
+        W = draw()
+        z, J = W @ x0 + rng.standard_normal(n) * np.sqrt(sb), W
+        for _ in range(depth - 1):
+            W = draw()
+            J = W @ (dphi(z)[:, None] * J)
+            z = W @ phi(z) + rng.standard_normal(n) * np.sqrt(sb)
+        lam = np.sort(np.linalg.svd(J, compute_uv=False) ** 2)
+        sv2[i], mom[i] = lam, [np.mean(lam ** k) for k in range(1, 7)]
+    return JacobianSimulation(sv2, mom, dict(act=a.name, width=n, depth=depth, sigma_w2=sw, sigma_b2=sb,
+                                             n_networks=nets, seed=seed, weights=weights, q0=q0))

@@ -28,11 +28,16 @@ import uuid
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from symfield.core import validate as check
+from symfield.core.dataset import ToXarray, build
 from symfield.core.files import atomic_write, load_npz, npz_bytes, quarantine
+from symfield.core.version import provenance
+from symfield.core.progress import interactive, tqdm_class
 
 KINDS = ("eoc", "neutrality", "phase", "verify")
 FORMAT = "symfield-sweep/1"
@@ -460,8 +465,13 @@ def _wait_workers(client, timeout):
 
 # ---------------------------------------------------------------- result
 @dataclass(frozen=True)
-class SweepResult:
-    """Arrays of a finished sweep (``r[name]``), where they live, and what this run computed."""
+class SweepResult(ToXarray):
+    """Arrays of a finished sweep (``r[name]``), where they live, and what this run computed.
+
+    ``to_xarray()`` (and the ``output=FILE.nc``): kind "phase" over (sigma_w2, sigma_b2) with ``codes``
+    carrying CF flag_values/flag_meanings (-1 "failed" when a tile failed), eoc/neutrality over
+    (sigma_b2,), verify over (formula,); ``attrs["params"]`` is ``record`` (format, version, kind,
+    activation, parameters, hash) as JSON text."""
     kind: str
     act: str
     params: dict
@@ -471,18 +481,24 @@ class SweepResult:
     computed: tuple
     reused: tuple
     seconds: float
+    record: dict = field(default_factory=dict, repr=False)
+
+    def dataset_parts(self) -> dict:
+        """The arrays, coordinates, dims and parameters of :meth:`to_xarray` (for symfield.io.output.save)."""
+        return _dataset_parts(self.kind, self.data, self.record or {"kind": self.kind, "params": self.params},
+                              self.act)
 
     def __getitem__(self, name):
         return self.data[name]
 
-    def mp(self, name="sigma_w2"):
+    def mp(self, name: str = "sigma_w2") -> np.ndarray:
         """``name`` as an object array of mpmath numbers (sweeps run with dps)."""
         dps = self.params.get("dps")
         if dps is None or f"{name}_mp" not in self.data:
             raise ValueError(f"{name!r} has no mpmath values: this {self.kind} sweep ran in float64")
         return np.array([_mp_read(t, dps) for t in self.data[f"{name}_mp"]], dtype=object)
 
-    def phase_diagram(self):
+    def phase_diagram(self) -> PhaseDiagram:
         """The assembled grid as a :class:`symfield.PhaseDiagram` (kind 'phase')."""
         if self.kind != "phase":
             raise ValueError(f"phase_diagram() needs a 'phase' sweep; this one is {self.kind!r}")
@@ -499,7 +515,7 @@ class SweepResult:
         message is in ``r['error']``; a sigma_b2 without an EOC / neutrality point is a result, not a failure)."""
         return int(np.count_nonzero(self.data["failed"])) if "failed" in self.data else 0
 
-    def reports(self):
+    def reports(self) -> list[dict | None]:
         """Verify reports as dicts (None where verify raised; see ``r['error']``)."""
         return [json.loads(t) if t else None for t in self.data["report"]]
 
@@ -535,11 +551,8 @@ def _record(m):
     return {k: m[k] for k in ("format", "symfield", "kind", "activation", "params", "hash")}
 
 
-def _write_netcdf(path, kind, data, params, act):
-    try:
-        import xarray as xr
-    except ImportError:
-        raise NotImplementedError("netCDF output needs xarray (pip install xarray); use .npz") from None
+def _dataset_parts(kind, data, params, act):
+    """build()'s arguments for a sweep's data (:meth:`SweepResult.dataset_parts`, the .nc output)."""
     if kind == "phase":
         grid = ("sigma_w2", "sigma_b2")
         dims = {k: grid if np.ndim(v) == 2 else ("sigma_b2",) for k, v in data.items()
@@ -549,10 +562,22 @@ def _write_netcdf(path, kind, data, params, act):
         axis = "formula" if kind == "verify" else "sigma_b2"
         dims = {k: (axis,) for k in data if k not in ("sigma_b2", "formulas")}
         coords = {axis: data["formulas" if kind == "verify" else "sigma_b2"]}
-    ds = xr.Dataset({k: (dims[k], data[k]) for k in dims}, coords=coords,
-                    attrs={"params": json.dumps(params, sort_keys=True), "kind": kind, "activation": act})
+    attrs = {"kind": kind, "activation": act}
     if kind == "phase":
-        ds.attrs["phases"] = ", ".join(data["phases"].tolist())
+        attrs["phases"] = ", ".join(np.asarray(data["phases"]).tolist())
+    return dict(data={k: data[k] for k in dims}, coords=coords, dims=dims, params=params, attrs=attrs,
+                phases=np.asarray(data["phases"]).tolist() if kind == "phase" else None)
+
+
+def _write_netcdf(path, kind, data, params, act, prov):
+    try:
+        import xarray  # noqa: F401
+    except ImportError:
+        raise NotImplementedError("netCDF output needs xarray (pip install xarray); use .npz") from None
+    from symfield.io.output import netcdf_provenance
+    parts = _dataset_parts(kind, data, params, act)
+    parts["attrs"].update(netcdf_provenance(prov))
+    ds = build(**parts)
     from symfield.core.files import replacing
     with replacing(path) as tmp:
         ds.to_netcdf(tmp)
@@ -562,16 +587,21 @@ def _write_output(output, kind, data, params, act):
     path = Path(output)
     if path.suffix.lower() not in (".npz", ".nc"):
         raise ValueError(f"The 'output' parameter of sweep must end in .npz or .nc; got {str(output)!r}")
+    prov = provenance()      # the output file records it; result.npz does not (it stays byte-identical)
     if path.suffix.lower() == ".npz":
-        atomic_write(path, npz_bytes({**data, "params": np.array(_canonical(params))}))
+        atomic_write(path, npz_bytes({**data, "params": np.array(_canonical(params)),
+                                      "provenance": np.array(_canonical(prov))}))
     else:
-        _write_netcdf(path, kind, data, params, act)
+        _write_netcdf(path, kind, data, params, act, prov)
     return path
 
 
 # ---------------------------------------------------------------- the sweep
-def sweep(kind, act, results_dir, sigma_w2=None, sigma_b2=None, dps=None, chunk=None, scheduler=None,
-          n_workers=None, progress=None, depth=None, eoc_tol=1e-6, output=None, connect_timeout=10.0):
+def sweep(kind: Literal["eoc", "neutrality", "phase", "verify"], act: str | list[str], results_dir: str | os.PathLike,
+          sigma_w2: ArrayLike | None = None, sigma_b2: ArrayLike | None = None, dps: int | None = None,
+          chunk: int | tuple[int, int] | None = None, scheduler: Any = None, n_workers: int | None = None,
+          progress: bool | None = None, depth: int | None = None, eoc_tol: float = 1e-6,
+          output: str | os.PathLike | None = None, connect_timeout: float = 10.0) -> SweepResult:
     """Run (or resume) a sweep on Dask, writing each finished chunk to ``results_dir``.
 
     kind "eoc" / "neutrality": ``sigma_b2`` array, optional ``dps``; ``chunk`` points per chunk
@@ -581,8 +611,32 @@ def sweep(kind, act, results_dir, sigma_w2=None, sigma_b2=None, dps=None, chunk=
     formula or a list of them; ``chunk`` formulas per chunk (default 1).
     ``scheduler``: None (a LocalCluster with ``n_workers`` single-threaded processes), an address
     'tcp://host:port' (unreachable within ``connect_timeout`` s -> ConnectionError), a
-    distributed.Client or a cluster. ``progress``: tqdm bar (default: when stderr is a terminal).
-    ``output``: also write FILE.npz or FILE.nc (xarray). Returns a :class:`SweepResult`.
+    distributed.Client or a cluster. ``progress``: tqdm bar (default: on a terminal or in a notebook).
+    ``output``: also write FILE.npz or FILE.nc (xarray).
+
+    Parameters
+    ----------
+    kind : {'eoc', 'neutrality', 'phase', 'verify'}
+        What to compute.
+    act : str or list of str
+        Activation (formulas for kind 'verify').
+    results_dir : str or path
+        Chunk store; a rerun resumes from it.
+    sigma_w2, sigma_b2 : array_like, optional
+        Axes, as above.
+    dps, depth, eoc_tol
+        As in :func:`symfield.eoc` and :func:`symfield.phase_diagram`.
+    chunk, scheduler, n_workers, progress, output, connect_timeout
+        As above.
+
+    Returns
+    -------
+    SweepResult
+        The assembled arrays (``r[name]``), ``failed`` and the chunks ``computed`` and ``reused``.
+
+    Examples
+    --------
+    >>> r = sf.sweep("eoc", "tanh", "results/eoc", sigma_b2=np.linspace(0, 0.2, 33))   # doctest: +SKIP
     """
     t0 = time.perf_counter()
     manifest, payloads, name = _plan(kind, act, sigma_w2, sigma_b2, dps, chunk, depth, eoc_tol)
@@ -615,18 +669,18 @@ def sweep(kind, act, results_dir, sigma_w2=None, sigma_b2=None, dps=None, chunk=
     finally:
         store.close()
     return SweepResult(kind, name, dict(manifest["params"]), data, store.root, path, tuple(computed),
-                       tuple(reused), time.perf_counter() - t0)
+                       tuple(reused), time.perf_counter() - t0, _record(manifest))
 
 
 def _run(store, kind, spec, payloads, todo, reused, scheduler, n_workers, timeout, progress):
     """Submit the missing chunks; save each as it completes. Returns the chunk indices computed."""
-    from tqdm.auto import tqdm
+    tqdm = tqdm_class()
     run = uuid.uuid4().hex[:12]
     t0 = time.perf_counter()
     client, cluster, close = _connect(scheduler, n_workers, timeout)
     computed, futures = [], {}
     bar = tqdm(total=len(payloads), initial=len(reused), unit="chunk", desc=f"sweep {kind}", file=sys.stderr,
-               disable=not (sys.stderr.isatty() if progress is None else progress))
+               disable=not (interactive() if progress is None else progress))
     try:
         from distributed import as_completed
         _wait_workers(client, timeout)

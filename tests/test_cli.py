@@ -59,10 +59,12 @@ def test_eoc_dps_30_prints_30_digits_that_match_the_closed_form(capsys):
     js = json.loads(_cli(capsys, "eoc", "erf", "--sigma-b2", "0.1", "--dps", "30", "--json"))
     sw, q = _erf_eoc("0.1")
     for name, ref in (("sigma_w2", sw), ("q_star", q)):
-        assert _digits(text[name]) >= 30 and js[name] == text[name]       # JSON: the same text, all digits
+        assert _digits(text[name]) >= 30 and js[f"{name}_exact"] == text[name]    # JSON: the same text, all digits,
+        assert js[name] == float(mp.mpf(text[name]))                             # beside the number itself
         with mp.workdps(45):
             assert abs(mp.mpf(text[name]) / ref - 1) < mp.mpf(10) ** -28, (name, text[name], ref)
-    assert js["sigma_b2"] == "0." + "1" + "0" * 29 and js["stable"] is True and 0 < js["q_slope"] < 1
+    assert js["sigma_b2_exact"] == "0." + "1" + "0" * 29 and js["sigma_b2"] == 0.1
+    assert js["stable"] is True and 0 < js["q_slope"] < 1
 
 
 def test_eoc_tanh_dps_30_satisfies_both_equations_to_28_digits(capsys):
@@ -90,6 +92,7 @@ def test_eoc_curve_csv_and_json_hold_all_digits(capsys):
     row = list(csv.DictReader(io.StringIO(out.split("\n", 1)[1])))[0]
     js = json.loads(_cli(capsys, "eoc-curve", "erf", "--sigma-b2", "0.1", "--dps", "30", "--json"))
     for name, ref in (("sigma_w2", sw), ("q_star", q)):
-        assert _digits(row[name]) >= 30 and js[name] == [row[name]]
+        assert _digits(row[name]) >= 30 and js[f"{name}_exact"] == [row[name]]
+        assert js[name] == [float(mp.mpf(row[name]))]
         with mp.workdps(45):
             assert abs(mp.mpf(row[name]) / ref - 1) < mp.mpf(10) ** -28

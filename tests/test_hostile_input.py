@@ -165,7 +165,7 @@ def test_formula_starting_with_minus(capsys):
     assert "kernel of -x**2" in out and "3*q**2" in out          # E[u^4] = 3 q^2
     code, out, err = _run(capsys, "map", "-x", "--q", "2", "--q12", "-0.5", "--sigma-w2", "1", "--json")
     assert code == 0, err
-    assert '"qab_map": "-0.5"' in out and '"q12": -0.5' in out    # E[(-u)(-v)] = q12
+    assert '"qab_map": -0.5' in out and '"q12": -0.5' in out    # E[(-u)(-v)] = q12
 
 
 # ---------------------------------------------------------------- 5. non-finite results are not success

@@ -11,7 +11,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "symfield"
 
 # lowest first; a module may import only from its own layer or the ones before it
-LAYERS = ["core", "symbolic", "numeric", "theory", "simulate", "reports", "io", "sweep", "cli", "facade"]
+LAYERS = ["core", "symbolic", "numeric", "theory", "simulate", "init", "reports", "io", "sweep", "cli", "facade"]
 
 
 def _modules():

@@ -31,8 +31,8 @@ def test_figures_are_written(tmp_path):
 def test_pooled_phase_diagram_draws_the_variance_criterion(tmp_path):
     act = sf.activation("relu", pool="avg", k=2)
     pd = sf.phase_diagram(act, np.linspace(0.5, 5, 10), np.linspace(0, 0.2, 3))
-    ax = plots.phase_diagram(pd, tmp_path / "p.png", act=act)
-    lines = [l for l in ax.get_lines() if "variance criterion" in l.get_label()]
+    fig = plots.phase_diagram(pd, tmp_path / "p.png", act=act)
+    lines = [l for l in fig.axes[0].get_lines() if "variance criterion" in l.get_label()]
     assert len(lines) == 1 and np.allclose(lines[0].get_ydata(), 4 * np.pi / (np.pi + 1))   # docs/theory.md section 5
     assert abs(plots._variance_criterion(sf.activation("relu", pool="max", k=2)) - 4 * np.pi / (3 * np.pi + 2)) < 1e-12
     assert plots._variance_criterion(sf.activation("tanh")) is None and _png(tmp_path / "p.png")
@@ -46,3 +46,119 @@ def test_class_gradient_and_simulation_figures(tmp_path):
     sim = sf.simulate("tanh", 300, 6, 2.5, 0.1, 16, n_networks=3)
     fig = plots.depth_curves(sf.propagate("tanh", 2.5, 0.1, 6), sim=sim, path=tmp_path / "s.png")
     assert "infinite width, P = 16" in [l.get_label() for l in fig.axes[1].get_lines()] and _png(tmp_path / "s.png")
+
+
+# ---------------------------------------------------------------- paper-ready figures (issue 19)
+def _public_plot_functions():
+    import inspect
+    return {n: f for n, f in vars(plots).items() if inspect.isfunction(f) and not n.startswith("_")
+            and f.__module__ == plots.__name__}
+
+
+def test_every_plot_function_takes_ax_and_dpi():
+    import inspect
+    funcs = _public_plot_functions()
+    assert {"phase_diagram", "depth_curves", "g0_densities", "divergence", "class_gradients", "gram_bands",
+            "jacobian_spectrum", "jacobian_depth", "isometry_map"} <= set(funcs)
+    for name, f in funcs.items():
+        params = inspect.signature(f).parameters
+        assert "ax" in params or "axes" in params, name
+        assert "dpi" in params and "path" in params, name
+
+
+def _small_results():
+    """One small input for each public plot function: name -> (args, kwargs, panels)."""
+    pd = sf.phase_diagram("erf", np.linspace(0.5, 4, 8), np.linspace(0.01, 0.2, 5))
+    sim = sf.simulate("tanh", 100, 4, 2.5, 0.1, 8, n_networks=2)
+    g = sf.class_gradients("relu", width=32, depth=4, sigma_w2=2.5, sigma_b2=0.1, n_inputs=8, n_networks=2)
+    gram = sf.gram_fluctuations("relu", 2.0, 0.1, 3)
+    spec = sf.jacobian_spectrum("tanh", 1.2, 0.05, 3)
+    iso = sf.isometry_diagram("tanh", np.linspace(0.8, 1.6, 3), np.linspace(0, 0.1, 2), 3)
+    return {"phase_diagram": ((pd,), {}, 1), "depth_curves": ((sf.propagate("tanh", 2.5, 0.1, 4),), {"sim": sim}, 2),
+            "g0_densities": ((), {}, 1), "divergence": ((sf.divergence("relu", 1.5, 0.1, depth=40),), {}, 2),
+            "class_gradients": ((g,), {}, 1), "gram_bands": ((gram,), {"width": 50}, 3),
+            "jacobian_spectrum": ((spec,), {}, 1), "jacobian_depth": (([1, 2, 3], [[1, 2, 3]], ["a"]), {}, 1),
+            "isometry_map": ((iso,), {}, 1)}
+
+
+def test_each_plot_draws_on_given_axes_and_returns_the_figure(tmp_path):
+    import matplotlib.pyplot as plt
+    cases = _small_results()
+    assert set(cases) == set(_public_plot_functions())
+    for name, (args, kw, panels) in cases.items():
+        fig, axs = plt.subplots(1, panels, squeeze=False)
+        target = {"axes": list(axs[0])} if panels > 1 else {"ax": axs[0, 0]}
+        out = getattr(plots, name)(*args, **kw, **target)
+        assert out is fig, name                             # the caller's figure, drawn on its axes
+        assert any(a.has_data() for a in axs[0]), name
+        plt.close(fig)
+
+
+def test_vector_and_raster_output(tmp_path):
+    d = sf.divergence("relu", 1.5, 0.1, depth=40)
+    plots.divergence(d, path=tmp_path / "d.pdf")
+    plots.divergence(d, path=tmp_path / "d.svg")
+    plots.divergence(d, path=tmp_path / "lo.png", dpi=50)
+    plots.divergence(d, path=tmp_path / "hi.png", dpi=200)
+    assert (tmp_path / "d.pdf").read_bytes()[:5] == b"%PDF-"
+    assert b"<svg" in (tmp_path / "d.svg").read_bytes()[:2000]
+    from PIL import Image
+    w_lo, w_hi = Image.open(tmp_path / "lo.png").size[0], Image.open(tmp_path / "hi.png").size[0]
+    assert 3.5 < w_hi / w_lo < 4.5                          # the dpi sets the raster size
+    fig = plots.g0_densities(path=tmp_path / "g.svg")
+    assert fig.axes and b"<svg" in (tmp_path / "g.svg").read_bytes()[:2000]
+    import pytest
+    with pytest.raises(ValueError, match="path must end in one of .png, .pdf, .svg"):
+        plots.g0_densities(path=tmp_path / "g.gif")
+    with pytest.raises(ValueError, match="dpi must be a number > 0"):
+        plots.g0_densities(path=tmp_path / "g.png", dpi=-1)
+
+
+def test_divergence_overlays_the_fitted_law():
+    for sw, kind, word in ((1.5, "exponential", "rate"), (2.5, "power-law", "exponent")):
+        d = sf.divergence("relu", sw, 0.1, depth=80)
+        assert d.kind == kind
+        fig = plots.divergence(d, act="relu", sigma_w2=sw, sigma_b2=0.1)
+        for ax in fig.axes:
+            labels = [l.get_label() for l in ax.get_lines()]
+            assert len(labels) == 2 and labels[1].startswith("fit: ") and "layers 41-80" in labels[1], labels
+            fit = ax.get_lines()[1]
+            x, y = (np.asarray(v, float) for v in fit.get_data())
+            gam = np.asarray(d.gamma, float)[x.astype(int) - 1]
+            assert np.max(np.abs(np.log(y / gam))) < 0.01       # the law runs through the data it was fitted to
+        title = fig._suptitle.get_text()
+        assert "relu" in title and "$\\sigma_w^2$ = " + f"{sw:g}" in title and "$\\sigma_b^2$ = 0.1" in title
+        assert kind in title and word in title
+
+
+def test_bands_say_what_they_are():
+    sim = sf.simulate("tanh", 100, 4, 2.5, 0.1, 8, n_networks=3)
+    fig = plots.depth_curves(sf.propagate("tanh", 2.5, 0.1, 4), sim=sim)
+    labels = [t.get_text() for ax in fig.axes for t in ax.get_legend().get_texts()]
+    assert "$\\gamma$ per network: min-max over 3 networks" in labels               # not "5-95 %" over 3
+    assert "5-95 % of $c_{ab}$ over 28 pairs x 3 networks" in labels
+    assert "tanh" in fig._suptitle.get_text() and "width 100" in fig._suptitle.get_text()
+    g = sf.class_gradients("relu", width=32, depth=4, sigma_w2=2.5, sigma_b2=0.1, n_inputs=8, n_networks=20)
+    fig = plots.class_gradients(g)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert any("5-95 % over 20 networks" in t for t in labels), labels
+    assert "$\\sigma_w^2$ = 2.5" in fig.axes[0].get_title() and "width 32" in fig.axes[0].get_title()
+
+
+def test_phase_legend_covers_neither_lines_nor_repeats_region_labels():
+    pd = sf.phase_diagram("tanh", np.linspace(0.05, 4, 41), np.linspace(0, 0.2, 21))
+    fig = plots.phase_diagram(pd)
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    legend = ax.get_legend()
+    box = legend.get_window_extent()
+    texts = [t.get_text() for t in legend.get_texts()]
+    region_labels = {t.get_text().replace("\n", " ") for t in ax.texts}
+    assert not region_labels & {t.replace("-", " ") for t in texts}, (texts, region_labels)  # no repeats
+    neutral = [l for l in ax.get_lines() if l.get_label().startswith("neutrality")]
+    assert len(neutral) == 1
+    for line in [*neutral, *(l for l in ax.get_lines() if l.get_label().startswith("edge of chaos"))]:
+        xy = ax.transData.transform(np.column_stack(line.get_data()))
+        xy = xy[np.isfinite(xy).all(axis=1)]
+        inside = (xy[:, 0] >= box.x0) & (xy[:, 0] <= box.x1) & (xy[:, 1] >= box.y0) & (xy[:, 1] <= box.y1)
+        assert len(xy) > 5 and not inside.any(), line.get_label()

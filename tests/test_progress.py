@@ -48,3 +48,29 @@ def test_quick_work_on_a_terminal_shows_nothing():
 def test_slow_work_with_captured_stderr_shows_nothing():
     p = subprocess.run([sys.executable, "-c", CODE.format(1.0)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stderr == ""
+
+
+def test_bars_are_shown_in_a_jupyter_kernel_and_not_when_piped(monkeypatch):
+    """In a notebook stderr is not a tty, yet a person is watching: a kernel's shell class is
+    ZMQInteractiveShell (IPython's name for it); a plain IPython terminal or none at all is not."""
+    import sys
+    import types
+
+    from symfield.core import progress
+
+    class ZMQInteractiveShell:
+        pass
+
+    class TerminalInteractiveShell:
+        pass
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    fake = types.ModuleType("IPython")
+    monkeypatch.setitem(sys.modules, "IPython", fake)
+    fake.get_ipython = lambda: ZMQInteractiveShell()
+    assert progress.interactive()
+    fake.get_ipython = lambda: TerminalInteractiveShell()
+    assert not progress.interactive()
+    fake.get_ipython = lambda: None
+    assert not progress.interactive()
+    monkeypatch.delitem(sys.modules, "IPython")
+    assert not progress.interactive()

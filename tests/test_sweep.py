@@ -294,8 +294,8 @@ def test_cli_json_summary_with_scheduler(tmp_path, capsys, cluster):
     with np.load(tmp_path / "monomial.npz") as z:
         assert z["sigma_w2"][2] == 0.625 and json.loads(str(z["params"]))["params"]["sigma_b2"] == [0.0, 0.05, 0.1]
     assert err == ""       # stderr is not a terminal: no progress bar
-    code, out, _ = _cli(capsys, "sweep", "eoc", "monomial", "--sigma-b2", "0:0.1:3", "-d", str(tmp_path / "r"))
-    assert code == 0 and "0 computed, 1 reused" in out
+    code, out, err = _cli(capsys, "sweep", "eoc", "monomial", "--sigma-b2", "0:0.1:3", "-d", str(tmp_path / "r"))
+    assert code == 0 and "0 computed, 1 reused" in err and "sigma_b2" in out   # status on stderr, values on stdout
 
 
 def test_progress_bar_when_asked(tmp_path, capsys, cluster):

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import json
 
+RANGE_W, RANGE_B = "0.1:4:256", "0:0.2:256"    # the default grid, start:stop:num as everywhere
+
 
 def add_parser(sub):
     """The ``symfield bench`` sub-command, registered on the sub-parsers ``sub``."""
-    p = sub.add_parser("bench", help="time propagate against NumPy Gauss-Hermite, SciPy quad and a Numba floor",
+    what = "time propagate against NumPy Gauss-Hermite, SciPy quad and a Numba floor"
+    p = sub.add_parser("bench", help=what, description=what + " on a sigma_w2 x sigma_b2 grid, with an mpmath "
+                                                              "accuracy check (--suite cold: cold-start times).",
                        epilog="examples: symfield bench tanh --grid 256x256 --depth 100   (--quick: seconds);   "
                               "symfield bench --suite cold --rows gelu-phase --warm -o cold.json")
     p.add_argument("activation", nargs="?", default="tanh", help="activation (default tanh)")
     p.add_argument("--pool", choices=["max", "avg"], help="multi-node activation: pool phi over k nodes")
     p.add_argument("--k", type=int, default=2, help="nodes per pool (default 2)")
-    p.add_argument("--grid", default="256x256", help="NWxNB points of sigma_w2 x sigma_b2 (default 256x256)")
-    p.add_argument("--sigma-w2", default="0.1:4", help="lo:hi (default 0.1:4)")
-    p.add_argument("--sigma-b2", default="0:0.2", help="lo:hi (default 0:0.2)")
-    p.add_argument("--depth", type=int, default=100)
+    p.add_argument("--grid", help="NWxNB points of sigma_w2 x sigma_b2, a shorthand for the num of both ranges "
+                                  "(default 256x256)")
+    p.add_argument("--sigma-w2", help=f"start:stop:num, num points with both ends included (default {RANGE_W})")
+    p.add_argument("--sigma-b2", help=f"start:stop:num, num points with both ends included (default {RANGE_B})")
+    p.add_argument("--depth", type=int, default=100, help="layers propagated (default 100)")
     p.add_argument("--repeat", type=int, default=3, help="timing repetitions (best is kept)")
     p.add_argument("--gh-grid", default="8x8", help="sub-grid for the Gauss-Hermite baseline (default 8x8)")
     p.add_argument("--scipy-samples", type=int, default=4, help="cell-layers timed with scipy quad/dblquad")
@@ -46,13 +51,32 @@ def _dims(text, name):
         raise ValueError(f"The '--{name}' option of bench must look like 256x256. Got {text!r} instead.") from None
 
 
-def _interval(text, name):
-    """'lo:hi' -> (lo, hi)."""
+def _range(text, name):
+    """'start:stop:num' (the range syntax of every symfield command) -> (start, stop, num)."""
     try:
-        a, b = (float(v) for v in text.split(":"))
-        return a, b
+        a, b, n = text.split(":")
+        a, b, n = float(a), float(b), int(n)
+        if n >= 1:
+            return a, b, n
     except ValueError:
-        raise ValueError(f"The '--{name}' option of bench must look like lo:hi. Got {text!r} instead.") from None
+        pass
+    raise ValueError(f"The '--{name}' option of bench must be start:stop:num with num >= 1 (e.g. "
+                     f"{RANGE_W if name == 'sigma-w2' else RANGE_B}). Got {text!r} instead.")
+
+
+def _grid(args):
+    """(sigma_w2 interval, sigma_b2 interval, (NW, NB)) from --sigma-w2/--sigma-b2 and --grid, whose
+    NWxNB must agree with the num of a range given explicitly."""
+    w = _range(args.sigma_w2 or RANGE_W, "sigma-w2")
+    b = _range(args.sigma_b2 or RANGE_B, "sigma-b2")
+    grid = (w[2], b[2])
+    if args.grid is not None:
+        grid = _dims(args.grid, "grid")
+        for given, r, n, name in ((args.sigma_w2, w, grid[0], "sigma-w2"), (args.sigma_b2, b, grid[1], "sigma-b2")):
+            if given is not None and r[2] != n:
+                raise ValueError(f"The '--grid' option of bench ({args.grid}) must agree with the num of "
+                                 f"'--{name}' ({given}). Got {r[2]} and {n} points instead.")
+    return w[:2], b[:2], grid
 
 
 def cli(args):
@@ -65,9 +89,10 @@ def cli(args):
     from symfield.reports.bench import bench
     from symfield.symbolic.activation import activation
     act = activation(args.activation, pool=args.pool, k=args.k) if args.pool else activation(args.activation)
-    kw = dict(grid=_dims(args.grid, "grid"), depth=args.depth, repeat=args.repeat, gh_grid=_dims(args.gh_grid, "gh-grid"),
+    sigma_w2, sigma_b2, grid = _grid(args)
+    kw = dict(grid=grid, depth=args.depth, repeat=args.repeat, gh_grid=_dims(args.gh_grid, "gh-grid"),
               scipy_samples=args.scipy_samples, n_check=args.n_check, check_dps=args.dps, n_traj=args.n_traj,
-              sigma_w2=_interval(args.sigma_w2, "sigma-w2"), sigma_b2=_interval(args.sigma_b2, "sigma-b2"))
+              sigma_w2=sigma_w2, sigma_b2=sigma_b2)
     if args.quick:
         kw.update(grid=(32, 32), depth=20, gh_grid=(4, 4), scipy_samples=2, n_check=3, check_dps=15, repeat=2, n_traj=2)
     res = bench(act, **kw)

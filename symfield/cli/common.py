@@ -20,13 +20,19 @@ EPILOG = """examples:
   symfield divergence relu --sigma-w2 2.5 --sigma-b2 0.1 --depth 400 --plot div.png
   symfield simulate tanh --sigma-w2 2.5 --sigma-b2 0.1 --width 2000 --depth 60 --plot depth.png
   symfield gradients relu --sigma-w2 2.5 --sigma-b2 0.1 --width 300 --depth 20 --plot grad.png
+  symfield jacobian tanh --sigma-w2 1.05 --sigma-b2 0.001 --depth 8 --weights orthogonal --plot j.png
   symfield derive "x*erf(x)" -o xerf.tex
   symfield verify "x*erf(x)"
   symfield sweep eoc tanh --sigma-b2 0.01:0.3:30 --dps 30 -d runs/tanh-eoc
   symfield bench tanh --quick
 Ranges are start:stop:num (num points, both ends included). Values and formulas may start with '-'
 (--sigma-b2 -1:2:3, symfield kernel "-x**2").
-Progress bars appear on a terminal only (stderr); piped output stays clean.
+Standard output carries data only: tables (CSV; its first line "# {...}" records the parameters),
+values, summaries, JSON. Status lines for people (files written, timing, progress bars, errors) go
+to standard error; progress bars appear on a terminal only, so piped output stays clean.
+--json prints one JSON object: "params" records every parameter, every number is a JSON number at
+full precision (float64 repr), NaN is null and an infinity "inf"/"-inf" (JSON has no infinity);
+with --dps each high-precision value NAME also comes as NAME_exact, decimal text with dps digits.
 Output files (-o, --plot) are written to a temporary file and renamed into place: an interrupted or
 failed run leaves the earlier file untouched and no partial file.
 

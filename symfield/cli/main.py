@@ -29,13 +29,16 @@ def _number(v, dps):
     return mp_text(v, dps)
 
 
-def _print(args, values, meta=None):
-    """Print named numbers as aligned 'name value' lines, or JSON (with meta) under --json."""
+def _print(args, values, params=None, dps=None):
+    """Print named values as aligned 'name value' lines (numbers as :func:`_number` text), or under
+    --json one JSON object: ``params`` (default: every parameter of ``args``) and the values as JSON
+    numbers (with dps, also ``name_exact`` decimal text: :func:`_plain`)."""
     if args.json:
-        print(_json({**(meta or {}), **values}))
+        print(_json({"params": _params(args) if params is None else params, **values}, dps))
     else:
         width = max(map(len, values)) + 1
-        print("\n".join(f"{k:{width}s} {v}" for k, v in values.items()))
+        text = {k: v if isinstance(v, str) else ("None" if v is None else _number(v, dps)) for k, v in values.items()}
+        print("\n".join(f"{k:{width}s} {v}" for k, v in text.items()))
 
 
 def _bar(items, desc):
@@ -58,10 +61,11 @@ def _emit(args, out, data, coords, params, dims=None, dps=None, summary=None):
         save(out, data, coords, params, dims, dps)
     if args.json:
         print(_json({"params": params, **(summary or {}), "output": str(out) if out else None}, dps))
-    elif out is None:
-        save(sys.stdout, data, coords, params, dims, dps)
     else:
-        print(f"data: {out}")
+        if out is None:
+            save(sys.stdout, data, coords, params, dims, dps)
+        plot = (summary or {}).get("plot")
+        _say_files(out, plot)      # status lines on stderr (under --json the JSON names the files)
 
 
 def _incomplete(args, what):
@@ -99,31 +103,58 @@ def _json(obj, dps=None) -> str:
 
 
 def _plain(v, dps=None):
-    """JSON-ready values: arrays -> lists, NaN -> null, +-inf -> "inf"/"-inf", mpmath numbers -> text
-    with dps significant digits (symfield.io.output.mp_text), everything else as it is."""
+    """JSON-ready values: every number a JSON number at full precision (float64 as its repr; an
+    mpmath number as the nearest float64), arrays -> lists, NaN -> null, +-inf -> "inf"/"-inf" (strict
+    JSON has no infinity). With ``dps``, an entry ``name`` holding mpmath numbers gets a sibling
+    ``name_exact``: the same values as decimal text with dps significant digits (mp_text)."""
     import math
 
     import numpy as np
     if isinstance(v, dict):
-        return {str(k): _plain(x, dps) for k, x in v.items()}
+        out = {}
+        for k, x in v.items():
+            out[str(k)] = _plain(x, dps)
+            if dps is not None and _has_mp(x) and f"{k}_exact" not in v:
+                out[f"{k}_exact"] = _exact(x, dps)
+        return out
     if isinstance(v, (list, tuple)):
         return [_plain(x, dps) for x in v]
     if isinstance(v, np.ndarray):
         return _plain(v.tolist(), dps) if v.ndim else _plain(v.item(), dps)
     if isinstance(v, np.generic):
         v = v.item()
-    if isinstance(v, float):
-        return None if math.isnan(v) else (v if math.isfinite(v) else ("inf" if v > 0 else "-inf"))
     if isinstance(v, (int, str, bool)) or v is None:
         return v
-    return _number(v, dps)  # mpmath numbers: all their digits
+    v = float(v)        # float64 as it is; mpmath numbers: the nearest float64 (all digits in name_exact)
+    return None if math.isnan(v) else (v if math.isfinite(v) else ("inf" if v > 0 else "-inf"))
+
+
+def _has_mp(v):
+    """Whether ``v`` (a number, list, tuple or array) holds an mpmath number."""
+    import mpmath
+    import numpy as np
+    if isinstance(v, np.ndarray):
+        return v.dtype == object and any(_has_mp(x) for x in v.ravel())
+    if isinstance(v, (list, tuple)):
+        return any(_has_mp(x) for x in v)
+    return isinstance(v, (mpmath.mpf, mpmath.mpc))
+
+
+def _exact(v, dps):
+    """The decimal text (dps significant digits) of every number of ``v``; None stays None."""
+    import numpy as np
+    if isinstance(v, np.ndarray):
+        return _exact(v.tolist(), dps)
+    if isinstance(v, (list, tuple)):
+        return [_exact(x, dps) for x in v]
+    return None if v is None else _number(v, dps)
 
 
 def _params(args, **extra):
     from symfield.io.output import params_record
     skip = {"command", "json", "output", "plot", "func", "activation", "pool", "k"}
     base = {k: v for k, v in vars(args).items() if k not in skip}
-    return params_record(command=args.command, activation=act_arg(args).name, **base, **extra)
+    return params_record(command=args.command, activation=act_arg(args).name, **{**base, **extra})
 
 
 # ---------------------------------------------------------------- commands: maps and fixed points
@@ -161,9 +192,7 @@ def cmd_map(args):
     jumps = kernel(act).dpsi2 == sp.oo   # phi jumps: chi1 = sigma_w2 E[phi'^2] = inf is the true value
     _finite({k: v for k, v in out.items() if not (jumps and k == "chi1")},
             "(float64 overflow?) use --dps 30 or smaller q, sigma_w2, sigma_b2")
-    text = {k: _number(v, args.dps) for k, v in out.items()}
-    _print(args, text, {"activation": act.name, "q": args.q, "q2": q2, "q12": q12, "sigma_w2": args.sigma_w2,
-                        "sigma_b2": args.sigma_b2, "dps": args.dps})
+    _print(args, out, _params(args, q2=q2, q12=q12), dps=args.dps)
     return 0
 
 
@@ -186,22 +215,22 @@ def cmd_qstar(args):
         raise ArithmeticError(f"q_star is NaN at sigma_w2 = {args.sigma_w2!r}, sigma_b2 = {args.sigma_b2!r} "
                               "(float64 overflow?); use --dps 30 or smaller sigma_w2, sigma_b2")
     slope = chi1(act, args.sigma_w2, args.sigma_b2, q=qs, dps=args.dps) if 0 < qs < mpmath.inf else None
-    _print(args, {"q_star": _number(qs, args.dps), "chi1": None if slope is None else _number(slope, args.dps)})
+    _print(args, {"q_star": qs, "chi1": slope}, dps=args.dps)
     return 0
 
 
 def cmd_eoc(args):
     from symfield.theory.fixedpoint import eoc
     e = eoc(act_arg(args), args.sigma_b2, dps=args.dps)
-    out = {k: _number(getattr(e, k), args.dps) for k in ("sigma_b2", "sigma_w2", "q_star")}
+    out = {k: getattr(e, k) for k in ("sigma_b2", "sigma_w2", "q_star")}
     slope, note = float(e.q_slope), getattr(e, "note", "")
     if args.json:     # q_slope is float64 (a JSON number); stable: q_slope <= 1
         out.update(q_slope=slope, stable=e.stable, note=note)
     else:
-        out["q_slope"] = f"{slope:.6g}" + ("" if e.stable else " (> 1: q* is unstable, the recursion does not reach it)")
+        out["q_slope"] = f"{slope!r}" + ("" if e.stable else " (> 1: q* is unstable, the recursion does not reach it)")
         if note:
             out["note"] = note.splitlines()[0]
-    _print(args, out)
+    _print(args, out, dps=args.dps)
     return _check(args, {"sigma_w2": float(e.sigma_w2), "q_slope": slope}, "(float64 overflow?) try --dps 30",
                   nan_only=True)
 
@@ -310,23 +339,29 @@ def cmd_phase(args):
     summary = {"activation": pd.act, "grid": [int(sw.size), int(sb.size)], "seconds": round(seconds, 3),
                "counts": pd.counts(), "output": str(out) if out else None, "plot": str(plot) if plot else None}
     if args.json:
-        summary.update(sigma_b2=pd.sigma_b2, eoc=pd.eoc, neutrality=pd.neutrality)
+        summary.update(params=_params(args), sigma_b2=pd.sigma_b2, eoc=pd.eoc, neutrality=pd.neutrality)
         print(_json(summary))
     else:
-        print(f"{pd.act}: {sw.size} x {sb.size} grid (sigma_w2 x sigma_b2) in {seconds:.2f} s")
+        print(f"{pd.act}: {sw.size} x {sb.size} grid (sigma_w2 x sigma_b2)")
         for name, n in summary["counts"].items():
             print(f"  {name:24s} {n}")
+        _status(f"computed in {seconds:.2f} s")
         _say_files(out, plot)
     # inf is a value here (q* of an unbounded q, gamma* of a deep-prejudice phase); NaN is not
     return _check(args, {"q_star": pd.q_star, "c_star": pd.c_star, "slope": pd.slope}, "(float64 overflow?) "
                   "use smaller sigma_w2, sigma_b2", nan_only=True)
 
 
+def _status(text):
+    """A status line for people (files written, timing): standard error, never mixed with the data."""
+    print(text, file=sys.stderr)
+
+
 def _say_files(out, plot):
-    """Name the files a command wrote (after its summary)."""
+    """Name the files a command wrote (status lines on stderr, after the summary on stdout)."""
     for label, path in (("data", out), ("plot", plot)):
         if path:
-            print(f"{label}: {path}")
+            _status(f"{label}: {path}")
 
 
 def cmd_divergence(args):
@@ -343,10 +378,10 @@ def cmd_divergence(args):
         save(out, {"gamma": d.gamma}, {"layer": np.arange(1, d.gamma.size + 1)}, _params(args, **summary))
     if plot is not None:
         from symfield.io import plots
-        plots.divergence(d, path=plot)
+        plots.divergence(d, path=plot, act=act_arg(args).name, sigma_w2=args.sigma_w2, sigma_b2=args.sigma_b2)
     if args.json:
-        print(_json({**summary, "gamma": d.gamma, "output": str(out) if out else None,
-                     "plot": str(plot) if plot else None}))
+        print(_json({"params": _params(args), **summary, "gamma": d.gamma, "output": str(out) if out else None,
+                     "plot": str(plot) if plot else None}, args.dps))
     else:
         _print(args, {"kind": d.kind, value[0]: repr(float(value[1])), "precision": d.precision,
                       **{f"rms_{k}": f"{v:.3g}" for k, v in d.rms.items()}})
@@ -413,7 +448,7 @@ def cmd_gram(args):
         if args.n_networks:
             from symfield.simulate import simulate
             sim = simulate(act, n, args.depth, args.sigma_w2, args.sigma_b2, 2, args.n_networks, args.seed,
-                           inputs=_two_inputs(q0))
+                           residual=args.residual, inputs=_two_inputs(q0))
         plots.gram_bands(g, sim, width=n, path=plot)
     _emit(args, out, data, {"layer": g.layers}, _params(args, derivatives=g.moments.methods["derivatives"]),
           dps=args.dps, summary={"layer": g.layers, **data, "plot": str(plot) if plot else None})
@@ -421,7 +456,8 @@ def cmd_gram(args):
     if bad or not (g.status != 0).any():
         return bad
     return _incomplete(args, f"{int((g.status != 0).sum())} layer(s) flagged in the status column "
-                             "(1: a numeric derivative's error estimate above 1e-7)")
+                             "(1: a numeric derivative's or the residual pair rule's error estimate "
+                             "above its tolerance)")
 
 
 def _two_inputs(q0, d=64):
@@ -433,6 +469,115 @@ def _two_inputs(q0, d=64):
     X[1, 0] = qab * d / X[0, 0]
     X[1, 1] = np.sqrt(max(qb * d - X[1, 0] ** 2, 0.0))
     return X
+
+
+def _one_number(text, name):
+    """A single number of ``--sigma-w2``/``--sigma-b2`` (ranges only with --map)."""
+    v = parse_range(text, name)
+    if v.size != 1 or ":" in text:
+        raise ValueError(f"{name} must be a single number (a range start:stop:num needs --map); got {text!r}")
+    return float(v[0])
+
+
+def _spectrum_summary(spec, dps):
+    """The numbers of a JacobianSpectrum as printed and recorded (moments at dps digits)."""
+    m = spec.moments
+    mf = [float(v) for v in m]
+    return {**{f"m{k}": v for k, v in enumerate(m, 1)}, "var": spec.var,
+            "rel_var": spec.var / mf[0] ** 2 if mf[0] else float("nan"),
+            "support": list(spec.support), "atoms": [list(a) for a in spec.atoms], "condition": spec.condition,
+            "checks": {k: float(v) for k, v in spec.checks.items()}, "status": int(spec.status),
+            "status_text": spec.message}
+
+
+def _jacobian_simulation(args, act, sw, sb):
+    """simulate_jacobian for the --plot overlay (None with --n-networks 0) and its m1, m2 with stderr."""
+    if args.n_networks == 0:
+        return None, {}
+    from symfield.simulate import simulate_jacobian
+    s = simulate_jacobian(act, args.width, args.depth, sw, sb, args.n_networks, args.seed, args.weights, args.q0)
+    stats = {"width": args.width, "n_networks": args.n_networks,
+             **{f"m{k}": s.mean(k) for k in (1, 2)}, **{f"m{k}_stderr": s.stderr(k) for k in (1, 2)}}
+    return s, {"simulation": stats}
+
+
+def cmd_jacobian(args):
+    """Spectrum of J J^T at one point (--map: its spread over a grid, _jacobian_map)."""
+    if args.n_networks < 0:
+        raise ValueError(f"--n-networks must be an integer >= 0 (0: no simulation); got {args.n_networks}")
+    if args.map:
+        return _jacobian_map(args)
+    from symfield.theory.jacobian import jacobian_spectrum
+    sw, sb = _one_number(args.sigma_w2, "--sigma-w2"), _one_number(args.sigma_b2, "--sigma-b2")
+    out, plot = _files(args)
+    if plot is not None and args.n_networks and args.width < 2:
+        raise ValueError(f"--width must be an integer >= 2 (the simulated networks); got {args.width}")
+    act = act_arg(args)
+    spec = jacobian_spectrum(act, sw, sb, args.depth, q0=args.q0, weights=args.weights, dps=args.dps)
+    summary, sim = _spectrum_summary(spec, args.dps), {}
+    if plot is not None:
+        from symfield.io import plots
+        s, sim = _jacobian_simulation(args, act, sw, sb)
+        plots.jacobian_spectrum(spec, sim=s, path=plot)
+    if out is not None:
+        from symfield.io.output import save
+        save(out, {"pdf": spec.pdf}, {"x": spec.x}, _params(args, **_plain({**summary, **sim}, args.dps)))
+    if args.json:
+        print(_json({"params": _params(args, sigma_w2=sw, sigma_b2=sb), **summary, **sim, "x": spec.x, "pdf": spec.pdf,
+                     "q_layers": spec.q,
+                     "output": str(out) if out else None, "plot": str(plot) if plot else None}, args.dps))
+    else:
+        text = {k: (_number(v, args.dps) if k[0] == "m" else str(_plain(v))) for k, v in summary.items()
+                if k not in ("checks", "status_text")}
+        text["status"] += f" ({spec.message})"
+        text.update({f"sim_{k}": f"{v:.6g}" for k, v in sim.get("simulation", {}).items() if k[0] == "m"})
+        _print(args, text)
+        _say_files(out, plot)
+    if spec.status in (1, 2, 4):     # 3 (an atom at 0: condition = inf) is a result, not a failure
+        return _incomplete(args, f"status {spec.status}: {spec.message}")
+    return 0
+
+
+def _isometry_blocks(act, sw, sb, depth, weights, q0):
+    """isometry_diagram over blocks of sigma_b2 columns (points are independent), progress bar on a terminal."""
+    import dataclasses
+
+    import numpy as np
+
+    from symfield.theory.jacobian import isometry_diagram
+    blocks = np.array_split(np.arange(sb.size), min(sb.size, 20))
+    parts = [isometry_diagram(act, sw, sb[j], depth, weights, q0) for j in _bar(blocks, "isometry")]
+    joined = {n: np.concatenate([getattr(p, n) for p in parts], axis=1) for n in ("m1", "m2", "rel_var", "status")}
+    return dataclasses.replace(parts[0], sigma_b2=sb, **joined)
+
+
+def _jacobian_map(args):
+    """m1, m2, var, rel_var over the grid; --plot: the isometry map beside the phase diagram."""
+    import numpy as np
+    if args.dps is not None:
+        raise ValueError(f"--dps is not available with --map (the map is float64); got --dps {args.dps}")
+    sw, sb = parse_range(args.sigma_w2, "--sigma-w2"), parse_range(args.sigma_b2, "--sigma-b2")
+    out, plot = _files(args)
+    act = act_arg(args)
+    d = _isometry_blocks(act, sw, sb, args.depth, args.weights, args.q0)
+    if plot is not None:
+        from symfield.io import plots
+        plots.isometry_map(d, _phase_blocks(act, sw, sb, None, 1e-6), path=plot, act=act)
+    data = {"m1": d.m1, "m2": d.m2, "var": d.var, "rel_var": d.rel_var, "status": d.status}
+    with np.errstate(all="ignore"):     # the most isometric point with m1 within a factor 2 of 1
+        score = np.where((d.status == 0) & (np.abs(np.log(d.m1)) <= np.log(2)), d.rel_var, np.inf)
+    best = None
+    if np.isfinite(score).any():
+        i, j = np.unravel_index(np.argmin(score), score.shape)
+        best = {"sigma_w2": sw[i], "sigma_b2": sb[j], "m1": d.m1[i, j], "rel_var": d.rel_var[i, j]}
+    summary = {"grid": [int(sw.size), int(sb.size)], "sigma_w2": sw, "sigma_b2": sb, "m1": d.m1,
+               "rel_var": d.rel_var, "most_isometric": best, "plot": str(plot) if plot else None}
+    _emit(args, out, data, {"sigma_w2": sw, "sigma_b2": sb}, _params(args), summary=summary)
+    flagged = int((d.status != 0).sum())
+    if flagged:
+        return _incomplete(args, f"{flagged} of {d.status.size} grid points have a non-finite moment (status 4): "
+                                 "use smaller sigma_w2 or depth")
+    return 0
 
 
 def cmd_gradients(args):
@@ -493,7 +638,8 @@ def cmd_bench(args):
 
 COMMANDS = {"list": cmd_list, "kernel": cmd_kernel, "map": cmd_map, "qstar": cmd_qstar, "eoc": cmd_eoc,
             "eoc-curve": cmd_line, "neutrality": cmd_line, "propagate": cmd_propagate, "phase": cmd_phase,
-            "divergence": cmd_divergence, "simulate": cmd_simulate, "gram": cmd_gram, "gradients": cmd_gradients,
+            "divergence": cmd_divergence, "simulate": cmd_simulate, "gram": cmd_gram, "jacobian": cmd_jacobian,
+            "gradients": cmd_gradients,
             "derive": cmd_derive, "verify": cmd_verify, "sweep": cmd_sweep, "bench": cmd_bench}
 
 
@@ -543,7 +689,11 @@ def _run(argv):
     import numpy as np
 
     from symfield.cli.parser import build_parser
-    args = build_parser().parse_args(_dash_formulas(argv))
+    parser = build_parser()
+    if not argv:            # a bare `symfield`: what it can do, and success
+        parser.print_help()
+        return 0
+    args = parser.parse_args(_dash_formulas(argv))
     for name, value in vars(args).items():  # undo the leading spaces of _dash_formulas
         if isinstance(value, str) and value.startswith(" -"):
             setattr(args, name, value[1:])

@@ -11,6 +11,7 @@ from functools import partial
 from symfield.cli import bench as bench_cli
 from symfield.cli import sweep as sweep_cli
 from symfield.cli.common import EPILOG, Parser
+from symfield.core.version import __version__
 
 RAW = argparse.RawDescriptionHelpFormatter
 DATA_HELP = "write the table to FILE.csv, FILE.npz or FILE.nc (netCDF, needs xarray); parameters recorded inside"
@@ -69,7 +70,7 @@ def _qstar(p):
 
 def _eoc(p):
     _common(p)
-    p.add_argument("--sigma-b2", type=float, required=True)
+    p.add_argument("--sigma-b2", type=float, required=True, help="bias variance sigma_b^2 of the point")
     _dps(p)
 
 
@@ -118,7 +119,8 @@ def _simulate(p):
     _network(p, width=1000, depth=50, n_inputs=100, n_networks=4)
     p.add_argument("--method", choices=["gram", "weights"], default="gram",
                    help="gram: exact per-layer Gram sampling (default); weights: explicit weight matrices")
-    _files(p, "c^(l) and gamma^(l) against depth with the simulated 5-95 percent band")
+    _files(p, "c^(l) and gamma^(l) against depth with the simulated spread (percentiles over input pairs; "
+              "min-max over fewer than 20 networks)")
 
 
 def _gram(p):
@@ -128,12 +130,31 @@ def _gram(p):
     p.add_argument("--width", type=int, required=True, help="hidden width n for the mean, spread and plot")
     p.add_argument("--q0", default="1,1,0", metavar="QA,QB,QAB",
                    help="the two inputs: |x_a|^2/n0, |x_b|^2/n0, x_a.x_b/n0 (default 1,1,0)")
-    p.add_argument("--residual", type=float, metavar="ALPHA", help="residual blocks (not covered yet: refused)")
+    p.add_argument("--residual", type=float, metavar="ALPHA",
+                   help="residual blocks z + ALPHA (W phi(z) + b) (float64, single-node activations)")
     _dps(p)
     p.add_argument("--n-networks", type=int, default=200,
                    help="networks simulated for --plot (default 200; 0 draws the theory alone)")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulation (default 0)")
     _files(p, "theory bands of the Gram entries per layer over simulated networks")
+
+
+def _jacobian(p):
+    _common(p)
+    p.add_argument("--sigma-w2", required=True, help="weight variance sigma_w^2 (with --map: start:stop:num)")
+    p.add_argument("--sigma-b2", required=True, help="bias variance sigma_b^2 (with --map: start:stop:num)")
+    p.add_argument("--depth", type=int, required=True, help="layers L: J = W_L D_{L-1} W_{L-1} ... D_1 W_1")
+    p.add_argument("--weights", choices=["gaussian", "orthogonal"], default="gaussian",
+                   help="W ~ N(0, sigma_w2/n) (default) or sqrt(sigma_w2) x Haar orthogonal")
+    p.add_argument("--q0", type=float, default=1.0, help="input variance |x|^2/n0 (default 1)")
+    _dps(p)
+    p.add_argument("--map", action="store_true", help="m1, m2 and the relative variance m2/m1^2 - 1 over the "
+                   "sigma_w2 x sigma_b2 grid; --plot draws it beside the phase diagram")
+    p.add_argument("--width", type=int, default=200, help="width of the networks simulated for --plot (default 200)")
+    p.add_argument("--n-networks", type=int, default=4,
+                   help="networks simulated for --plot (default 4; 0 draws the theory alone)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the simulation (default 0)")
+    _files(p, "the theory density over the simulated histogram (--map: the isometry map)")
 
 
 def _gradients(p):
@@ -207,6 +228,13 @@ SUBCOMMANDS = (
      ["symfield gram relu --sigma-w2 2 --sigma-b2 0 --depth 6 --width 200 --q0 1,1,0.3",
       "symfield gram tanh --sigma-w2 1.5 --sigma-b2 0.1 --depth 8 --width 256 --plot gram.png",
       "symfield gram erf --sigma-w2 1.2 --sigma-b2 0.05 --depth 4 --width 100 --dps 30 --json"], _gram),
+    ("jacobian", "spectrum of the input-output Jacobian J J^T at infinite width: moments, density, "
+                 "support, condition (dynamical isometry)",
+     ["symfield jacobian relu --sigma-w2 2 --sigma-b2 0 --depth 6 --plot relu.png",
+      "symfield jacobian tanh --sigma-w2 1.05 --sigma-b2 0.001 --depth 8 --weights orthogonal --json",
+      "symfield jacobian linear --sigma-w2 1 --sigma-b2 0 --depth 10 --dps 30",
+      "symfield jacobian tanh --map --sigma-w2 0.5:2.5:41 --sigma-b2 0:0.1:21 --depth 8 --weights orthogonal "
+      "--plot iso.png"], _jacobian),
     ("gradients", "per-class gradients (favoured / unfavoured class) per layer, softmax cross-entropy",
      ["symfield gradients relu --sigma-w2 2.5 --sigma-b2 0.1 --width 300 --depth 20 --plot grad.png",
       "symfield gradients tanh --sigma-w2 3 --sigma-b2 0.05 --n-networks 8 -o grad.nc"], _gradients),
@@ -224,6 +252,8 @@ def build_parser():
                     epilog=EPILOG, formatter_class=RAW)
     parser.add_argument("--debug", action="store_true", help="on an error, print the traceback too "
                         "(accepted anywhere on the command line)")
+    parser.add_argument("--version", action="version", version=__version__,
+                        help="print the version of symfield and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
     for name, what, examples, add_arguments in SUBCOMMANDS:
         p = sub.add_parser(name, help=what, description=what + ".", formatter_class=RAW,

@@ -19,9 +19,11 @@ Rerun the same command to resume; finished chunks are not recomputed."""
 
 def add_parser(sub):
     """Register the ``sweep`` sub-command on the sub-parsers ``sub``."""
-    p = sub.add_parser("sweep", help="distributed, resumable sweep on Dask: eoc / neutrality / phase / verify",
-                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("kind", choices=KINDS)
+    what = "distributed, resumable sweep on Dask: eoc / neutrality / phase / verify"
+    p = sub.add_parser("sweep", help=what, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description=what + ". Points are computed in chunks, each saved in the results directory "
+                                          "as it finishes; rerunning the same command resumes.")
+    p.add_argument("kind", choices=KINDS, help="what to sweep: " + ", ".join(KINDS))
     p.add_argument("activation", nargs="*", help="activation (eoc/neutrality/phase) or formulas (verify)")
     p.add_argument("-d", "--results", required=True, help="results directory (created; rerun to resume)")
     p.add_argument("--formulas", help="verify: file with one formula per line (# comments)")
@@ -93,8 +95,11 @@ def _summary(args, r):
                "output": args.output, "chunks": len(r.computed) + len(r.reused), "computed": len(r.computed),
                "reused": len(r.reused), "seconds": round(r.seconds, 3), "failed": r.failed}
     if kind in ("eoc", "neutrality"):
-        vals = r.data["sigma_w2_mp"].tolist() if args.dps else [None if math.isnan(v) else v for v in r["sigma_w2"]]
+        vals = [None if math.isnan(v) else float(v) for v in r["sigma_w2"]]     # JSON numbers (null: no point)
         summary.update(sigma_b2=r["sigma_b2"].tolist(), sigma_w2=vals, errors=int((r["error"] != "").sum()))
+        if args.dps:     # all dps digits as decimal text beside the float64 numbers
+            summary["sigma_w2_exact"] = [None if v is None else str(t)
+                                         for v, t in zip(vals, r.data["sigma_w2_mp"].tolist())]
     elif kind == "phase":
         summary.update(grid=[int(r["sigma_w2"].size), int(r["sigma_b2"].size)], counts=r.phase_diagram().counts())
     else:
@@ -104,10 +109,11 @@ def _summary(args, r):
 
 
 def _say(args, r, summary):
-    """The summary as text: one line per point, phase or formula, then the files."""
+    """The summary as text: one line per point, phase or formula on stdout; how the run went (chunks,
+    time) and the files written are status lines on stderr."""
     kind = args.kind
     print(f"{kind} sweep of {r.act}: {summary['chunks']} chunks ({summary['computed']} computed, "
-          f"{summary['reused']} reused) in {r.seconds:.2f} s")
+          f"{summary['reused']} reused) in {r.seconds:.2f} s", file=sys.stderr)
     if kind in ("eoc", "neutrality"):
         for b, v, e in zip(summary["sigma_b2"], summary["sigma_w2"], r["error"]):
             print(f"  sigma_b2 {b!r:24s} sigma_w2 {v if not e else 'none: ' + str(e)}")
@@ -117,7 +123,7 @@ def _say(args, r, summary):
     else:
         for f, o in summary["ok"].items():
             print(f"  {'ok  ' if o else 'FAIL'} {f}" + (f"  ({summary['errors'][f]})" if f in summary["errors"] else ""))
-    print(f"result: {r.path}" + (f"\noutput: {args.output}" if args.output else ""))
+    print(f"result: {r.path}" + (f"\noutput: {args.output}" if args.output else ""), file=sys.stderr)
 
 
 def cli(args):

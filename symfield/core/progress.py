@@ -1,8 +1,9 @@
-"""Progress of one-time work (table builds), so nothing slow is ever silent on a terminal.
+"""Progress of slow work, so nothing slow is ever silent on a terminal or in a notebook.
 
 :func:`bar` is a tqdm bar on stderr; if the work is still running after DELAY seconds, one line names
-it and the bar is drawn from the next step on. On a terminal only (piped output and captured stderr
-stay clean)."""
+it and the bar is drawn from the next step on. Shown where :func:`interactive` says a person is
+watching: a terminal, or a Jupyter kernel (a widget bar when ipywidgets is installed, else text).
+Piped output and captured stderr stay clean."""
 from __future__ import annotations
 
 import sys
@@ -12,12 +13,34 @@ from contextlib import contextmanager
 DELAY = 2.0   # seconds before anything is shown
 
 
+def interactive() -> bool:
+    """True on a terminal (stderr is a tty) or inside a Jupyter kernel."""
+    if sys.stderr.isatty():
+        return True
+    ipython = sys.modules.get("IPython")
+    try:
+        shell = ipython.get_ipython() if ipython is not None else None
+    except Exception:       # a half-initialised IPython: no kernel to draw in
+        return False
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
+def tqdm_class():
+    """tqdm.auto's class in a notebook with ipywidgets, the text bar otherwise (no widget warning)."""
+    try:
+        import ipywidgets  # noqa: F401
+        from tqdm.auto import tqdm
+    except ImportError:
+        from tqdm import tqdm
+    return tqdm
+
+
 @contextmanager
 def bar(total: int, desc: str, unit: str, cached: bool = True):
     """A tqdm bar of ``total`` steps with a one-line notice after DELAY seconds (terminal only);
     ``cached``: the work is one-time (the notice says so)."""
-    from tqdm.auto import tqdm
-    show = sys.stderr.isatty()
+    tqdm = tqdm_class()
+    show = interactive()
     what = f"{desc} (one-time, then cached)" if cached else desc
     timer = threading.Timer(DELAY, lambda: print(f"symfield: {what} ...", file=sys.stderr, flush=True))
     timer.daemon = True

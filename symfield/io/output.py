@@ -6,8 +6,16 @@ One call, :func:`save`, writes a table of named arrays over named coordinates:
   of the coordinate grid (C order). Variables over fewer coordinates than the grid (e.g. the EOC
   line of a phase diagram) do not fit a CSV row and go only to .npz/.nc.
 - ``.npz``: every coordinate and variable, plus ``params`` (the JSON text).
-- ``.nc``: an ``xarray.Dataset`` (netCDF via xarray's default engine); ``attrs["params"]`` holds
-  the JSON text and each scalar parameter is also an attribute of its own.
+- ``.nc``: an ``xarray.Dataset`` built by :func:`symfield.core.dataset.build` (the builder behind
+  every ``to_xarray()``: long_name/units per variable, CF flag_values/flag_meanings on phase codes;
+  netCDF via xarray's default engine); ``attrs["params"]`` holds the JSON text and each scalar
+  parameter is also an attribute of its own.
+
+Every file records its provenance (:func:`symfield.core.version.provenance`: argv, UTC time, versions
+of symfield, Python, numpy, sympy, mpmath, numba, xarray): in the CSV header JSON under the key
+``"provenance"``, in .npz as the JSON text ``provenance``, in .nc as ``attrs["provenance"]`` (JSON)
+plus the CF attributes ``history`` (time and command line) and ``source``. :func:`save_result` writes
+any result object that has ``to_xarray()`` (Propagation, PhaseDiagram, Simulation, ...) the same way.
 
 Values computed with mpmath at ``dps`` = N are written as text with N significant digits
 (:func:`mp_text`, trailing zeros kept): CSV cells hold that text, .npz/.nc store float64 in the
@@ -23,8 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
+from symfield.core.dataset import build, mp_text, split_mp
 from symfield.core.files import atomic_write, replacing, save_npz
-from symfield.core.version import __version__
+from symfield.core.version import __version__, provenance
+
+__all__ = ["SUFFIXES", "writable", "params_record", "mp_text", "save", "save_result", "netcdf_provenance"]
 
 SUFFIXES = (".csv", ".npz", ".nc")
 
@@ -66,51 +77,45 @@ def _plain(v):
     return v if v is None or isinstance(v, (bool, int, float, str)) else str(v)
 
 
-def mp_text(v, dps) -> str:
-    """A number as text: an mpmath number to ``dps`` significant digits, trailing zeros kept (so the
-    text shows the precision it was computed to: at dps 30, q* = 0.4 prints as 0.4 and 29 zeros),
-    anything else (float64, int) as its shortest repr. Never str(mpf), which follows the global mpmath
-    precision (15 digits), and never float()."""
-    import mpmath
-    if isinstance(v, mpmath.mpf) and dps:
-        if not mpmath.isfinite(v):
-            return "nan" if mpmath.isnan(v) else ("inf" if v > 0 else "-inf")
-        return mpmath.nstr(v, int(dps), strip_zeros=False)
-    return repr(float(v))
-
-
-def _split_mp(data, dps):
-    """Object arrays of mpmath numbers -> float64 arrays plus '<name>_mp' text arrays (dps digits)."""
-    out = {}
-    for k, v in data.items():
-        v = np.asarray(v)
-        if v.dtype == object:
-            out[k] = np.array([float(x) for x in v.ravel()]).reshape(v.shape)
-            out[f"{k}_mp"] = np.array([mp_text(x, dps) for x in v.ravel()]).reshape(v.shape)
-        else:
-            out[k] = v
-    return out
-
-
 def _cell(v, dps):
     if isinstance(v, float):
         return repr(v)
     return str(v) if isinstance(v, (int, str)) else mp_text(v, dps)
 
 
-def save(path, data: dict, coords: dict, params: dict, dims: dict | None = None, dps: int | None = None):
+def netcdf_provenance(prov: dict) -> dict:
+    """Dataset attributes recording ``prov`` (:func:`symfield.core.version.provenance`): ``provenance``
+    (JSON text) and the CF attributes ``history`` ("<time>: <argv>") and ``source``."""
+    return {"provenance": json.dumps(prov, sort_keys=True),
+            "history": f"{prov['time']}: {' '.join(prov['argv'])}",
+            "source": f"symfield {prov['versions']['symfield']}"}
+
+
+def save_result(path, result):
+    """Write a result object (anything with ``to_xarray()`` and ``dataset_parts()``) to .csv/.npz/.nc:
+    the .nc file opens as ``result.to_xarray()`` plus provenance attributes."""
+    parts = result.dataset_parts()
+    return save(path, parts["data"], parts["coords"], parts.get("params") or {}, parts.get("dims"),
+                parts.get("dps"), var_attrs=parts.get("var_attrs"), phases=parts.get("phases"))
+
+
+def save(path, data: dict, coords: dict, params: dict, dims: dict | None = None, dps: int | None = None,
+         var_attrs: dict | None = None, phases=None):
     """Write ``data`` (name -> array over ``coords``, or over ``dims[name]``) with ``params``;
-    mpmath values (object arrays) are written to ``dps`` digits."""
+    mpmath values (object arrays) are written to ``dps`` digits. ``var_attrs`` and ``phases`` go to
+    the .nc builder (:func:`symfield.core.dataset.build`). A coordinate given as (dims, values) is
+    not a dimension: .npz stores it, CSV leaves it out."""
     dims = dims or {}
-    grid = tuple(coords)
+    prov = provenance()
+    grid = tuple(k for k, v in coords.items() if not isinstance(v, tuple))
     stream = hasattr(path, "write")          # an open text file (e.g. sys.stdout): CSV
     suffix = ".csv" if stream else Path(path).suffix.lower()
     if suffix == ".csv":
         full = [k for k in data if dims.get(k, grid) == grid]
-        axes = np.meshgrid(*[np.asarray(c) for c in coords.values()], indexing="ij")
+        axes = np.meshgrid(*[np.asarray(coords[c]) for c in grid], indexing="ij")
         cols = [a.ravel().tolist() for a in axes] + [np.asarray(data[k]).ravel().tolist() for k in full]
         fh = path if stream else io.StringIO()
-        fh.write(f"# {json.dumps(params, sort_keys=True)}\n")
+        fh.write(f"# {json.dumps({**params, 'provenance': prov}, sort_keys=True)}\n")
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(list(grid) + full)
         w.writerows([_cell(v, dps) for v in row] for row in zip(*cols))
@@ -118,19 +123,15 @@ def save(path, data: dict, coords: dict, params: dict, dims: dict | None = None,
             atomic_write(path, fh.getvalue())
         return path
     path = Path(path)
-    flat = _split_mp(data, dps or 15)
     if suffix == ".npz":
-        arrays = {k: np.asarray(v) for k, v in coords.items()}
-        arrays.update(flat)
-        save_npz(path, {**arrays, "params": np.array(json.dumps(params, sort_keys=True))})
+        arrays = {k: np.asarray(v[1] if isinstance(v, tuple) else v) for k, v in coords.items()}
+        arrays.update(split_mp(data, dps or 15))
+        save_npz(path, {**arrays, "params": np.array(json.dumps(params, sort_keys=True)),
+                        "provenance": np.array(json.dumps(prov, sort_keys=True))})
         return path
-    xr = _xarray()
-    var_dims = {k: dims.get(k.removesuffix("_mp"), grid) for k in flat}
-    attrs = {"params": json.dumps(params, sort_keys=True)}
-    attrs.update({k: (int(v) if isinstance(v, bool) else v) for k, v in params.items()
-                  if isinstance(v, (bool, int, float, str))})
-    ds = xr.Dataset({k: (var_dims[k], np.asarray(v)) for k, v in flat.items()},
-                    coords={k: np.asarray(v) for k, v in coords.items()}, attrs=attrs)
+    _xarray()
+    ds = build(data, coords, dims, params, attrs=netcdf_provenance(prov), var_attrs=var_attrs, dps=dps,
+               phases=phases)
     with replacing(path) as tmp:
         ds.to_netcdf(tmp)
     return path

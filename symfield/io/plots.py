@@ -49,18 +49,18 @@ def _inside(mask):
     return np.unravel_index(np.argmax(d), d.shape)
 
 
-def phase_diagram(pd, path=None, ax=None, title=None, act=None):
-    """Draw a :class:`symfield.PhaseDiagram`; save to ``path`` (png/pdf/svg) when given. Returns ax.
+def phase_diagram(pd, path=None, ax=None, title=None, act=None, dpi=None):
+    """Draw a :class:`symfield.PhaseDiagram` on ``ax`` (default: a new figure); save to ``path``
+    (.png at ``dpi``, vector .pdf/.svg) when given. Returns the figure.
 
+    Regions are labelled inside the plot; the legend, below the axes so that it never covers the
+    lines, names the lines and only the phases too small to carry a label.
     With ``act`` (the activation of ``pd``) positively homogeneous, the variance criterion
     q_growth = 1 is drawn as well (dash-dot): below it q converges, above it q grows geometrically.
     For plain ReLU it is the chi1 = 1 line; for pooled ReLU the two differ (docs/theory.md section 2)."""
-    plt = _pyplot()
     from matplotlib.colors import BoundaryNorm, ListedColormap
     from matplotlib.patches import Patch
-    fig = None
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(6.4, 4.8), dpi=120)
+    fig, ax, own = _own(ax, (6.4, 5.2))
     cmap = ListedColormap([COLOURS[p] for p in PHASES])
     norm = BoundaryNorm(np.arange(len(PHASES) + 1) - 0.5, cmap.N)
     ax.pcolormesh(pd.sigma_b2, pd.sigma_w2, pd.codes, cmap=cmap, norm=norm, shading="nearest", alpha=0.85)
@@ -74,67 +74,116 @@ def phase_diagram(pd, path=None, ax=None, title=None, act=None):
         ax.axhline(crit, color="k", ls="-.", lw=1.2, label=f"variance criterion ($q$ growth = 1, $\\sigma_w^2$ = {crit:.4g})")
     if np.isfinite(pd.neutrality).any():
         ax.plot(pd.sigma_b2, pd.neutrality, "k--", lw=2, label="neutrality ($c^* = 1/2$)")
-    for i, p in enumerate(PHASES):  # label each region at its median point
+    line_h, _ = ax.get_legend_handles_labels()
+    unlabelled = []
+    for i, p in enumerate(PHASES):  # label each region inside it; the legend names only the rest
         mask = pd.codes == i
+        if not mask.any() or (p == "edge-of-chaos" and line_h):     # EOC: the line's legend entry
+            continue
         if p == "edge-of-chaos" or mask.sum() < 0.02 * mask.size:
+            unlabelled.append(Patch(color=COLOURS[p], label=p))
             continue
         w, b = _inside(mask)
         ax.text(pd.sigma_b2[b], pd.sigma_w2[w], SHORT[p], ha="center", va="center", fontsize=9,
                 bbox=dict(boxstyle="round", fc="white", alpha=0.7, lw=0))
-    handles = [Patch(color=COLOURS[p], label=p) for i, p in enumerate(PHASES) if (pd.codes == i).any()]
-    line_h, _ = ax.get_legend_handles_labels()
-    ax.legend(handles=handles + line_h, fontsize=7, loc="upper right", framealpha=0.9)
     ax.set_xlabel("$\\sigma_b^2$")
     ax.set_ylabel("$\\sigma_w^2$")
     ax.set_xlim(pd.sigma_b2.min(), pd.sigma_b2.max())
     ax.set_ylim(pd.sigma_w2.min(), pd.sigma_w2.max())
+    if line_h or unlabelled:   # below the axes (and the x label): never over the lines or the regions
+        ax.legend(handles=line_h + unlabelled, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13),
+                  ncol=2, frameon=False)
     ax.set_title(title or f"{pd.act}: phases at initialisation")
-    if path is not None:
-        _save(fig or ax.figure, path)
-        if fig is not None:
-            plt.close(fig)
-    return ax
+    return _finish(fig, path, dpi, own)
 
 
-def _save(fig, path):
-    """savefig to a temporary file next to ``path``, then renamed into place (never a partial image)."""
+FORMATS = (".png", ".pdf", ".svg")   # by the path's suffix: raster png at dpi, vector pdf and svg
+
+
+def _save(fig, path, dpi=None):
+    """savefig to a temporary file next to ``path``, then renamed into place (never a partial image).
+    The format is the suffix's (.pdf/.svg: vector; .png: raster at ``dpi``, default the figure's)."""
     import os
 
     from symfield.core.files import replacing
+    kw = dict(bbox_inches="tight", dpi="figure" if dpi is None else dpi)
     if not isinstance(path, (str, os.PathLike)):    # an open file object: the caller owns it
-        fig.savefig(path, bbox_inches="tight")
+        fig.savefig(path, **kw)
         return
+    suffix = os.path.splitext(os.fspath(path))[1].lower()
+    if suffix not in FORMATS:
+        raise ValueError(f"path must end in one of {', '.join(FORMATS)}; got {os.fspath(path)!r}")
+    if dpi is not None and not (isinstance(dpi, (int, float)) and dpi > 0):
+        raise ValueError(f"dpi must be a number > 0; got {dpi!r}")
     with replacing(path) as tmp:
-        fig.savefig(tmp, bbox_inches="tight")
+        fig.savefig(tmp, **kw)
 
 
-def _finish(fig, path):
+def _own(ax, figsize, ncols=1):
+    """(figure, axes, whether the figure is ours): a new figure of ``ncols`` panels when ``ax`` is None,
+    else the caller's axes (a sequence of ``ncols`` axes when ncols > 1) and their figure."""
+    if ax is None:
+        fig, ax = _pyplot().subplots(1, ncols, figsize=figsize, dpi=120)
+        return fig, ax, True
+    first = ax if ncols == 1 else ax[0]
+    return first.figure, ax, False
+
+
+def _finish(fig, path, dpi=None, own=True):
+    """Save ``fig`` to ``path`` when given (closing it when it is ours), and return it."""
     if path is not None:
-        _save(fig, path)
-        _pyplot().close(fig)
+        _save(fig, path, dpi)
+        if own:
+            _pyplot().close(fig)
     return fig
 
 
-def depth_curves(prop, sim=None, path=None, title=None):
-    """c^(l) and gamma^(l) against depth for one initialisation: the infinite-width recursion
-    (a :class:`symfield.propagate` result at a single grid point) and, when ``sim`` (a
-    :func:`symfield.simulate` result) is given, its median and 5-95% band of c over input pairs
-    and its gamma. Returns the figure."""
-    plt = _pyplot()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4), dpi=120)
+def _title(act=None, sigma_w2=None, sigma_b2=None, **more):
+    """'tanh, σ_w² = 1.5, σ_b² = 0.05, width 1000' from whichever parameters are known."""
+    parts = [str(act)] if act else []
+    if sigma_w2 is not None:
+        parts.append(f"$\\sigma_w^2$ = {float(sigma_w2):.4g}")
+    if sigma_b2 is not None:
+        parts.append(f"$\\sigma_b^2$ = {float(sigma_b2):.4g}")
+    parts += [f"{k.replace('_', ' ')} {v}" for k, v in more.items() if v is not None]
+    return ", ".join(parts)
+
+
+PERCENTILE_MIN = 20     # fewer samples than this: a band is their min-max, not 5-95 percentiles
+
+
+def _spread(v, what):
+    """(lo, hi, label) of the rows of ``v`` (samples x layers): the 5-95 percentiles when there are at least
+    PERCENTILE_MIN samples, else the min-max (a 5 % quantile of 4 values is not a percentile band)."""
+    n = v.shape[0]
+    if n >= PERCENTILE_MIN:
+        lo, hi = np.nanquantile(v, [0.05, 0.95], axis=0)
+        return lo, hi, f"5-95 % over {n} {what}"
+    return np.nanmin(v, axis=0), np.nanmax(v, axis=0), f"min-max over {n} {what}"
+
+
+def depth_curves(prop, sim=None, path=None, title=None, axes=None, dpi=None):
+    """c^(l) and gamma^(l) against depth for one initialisation, on two panels (``axes``: two axes, default
+    a new figure): the infinite-width recursion (a :class:`symfield.propagate` result at a single grid
+    point) and, when ``sim`` (a :func:`symfield.simulate` result) is given, the simulated mean, median
+    and 5-95 % band of c_ab over input pairs and networks, and gamma with its spread over networks
+    (min-max when fewer than 20). Saved to ``path`` (.png at ``dpi``, .pdf/.svg) when given. Returns the figure."""
+    fig, (a1, a2), own = _own(axes, (10, 4.2), ncols=2)
     layers = np.asarray(prop.layers)
     c, g = np.asarray(prop.c).reshape(layers.size, -1)[:, 0], np.asarray(prop.gamma).reshape(layers.size, -1)[:, 0]
     a1.plot(layers, c, "k-", lw=2, label="infinite width")
     a2.semilogy(layers, g, "k-", lw=2, label="infinite width")
     if sim is not None:
-        ls = np.asarray(sim.layers)
-        a1.fill_between(ls, sim.c05, sim.c95, color="#4c72b0", alpha=0.3, label="simulation 5-95%")
-        a1.plot(ls, sim.c50, color="#4c72b0", lw=1, label="simulation median")
+        ls, sp = np.asarray(sim.layers), sim.params
+        P, nets = sp.get("n_inputs", 0), sp.get("n_networks", 0)
+        pairs = f"{P * (P - 1) // 2} pairs x {nets} networks"
+        a1.fill_between(ls, sim.c05, sim.c95, color="#4c72b0", alpha=0.3, label=f"5-95 % of $c_{{ab}}$ over {pairs}")
+        a1.plot(ls, sim.c50, color="#4c72b0", lw=1, label=f"median of $c_{{ab}}$, width {sp.get('width')}")
         per_net = np.asarray(sim.networks.gamma)
         if per_net.shape[0] >= 2:  # spread of gamma over the simulated networks
-            lo, hi = np.nanquantile(per_net, [0.05, 0.95], axis=0)
-            a2.fill_between(ls, lo, hi, color="#4c72b0", alpha=0.3, label="networks 5-95%")
-        a2.semilogy(ls, sim.gamma, color="#4c72b0", lw=1, label="simulation")
+            lo, hi, what = _spread(per_net, "networks")
+            a2.fill_between(ls, lo, hi, color="#4c72b0", alpha=0.3, label=f"$\\gamma$ per network: {what}")
+        a2.semilogy(ls, sim.gamma, color="#4c72b0", lw=1, label=f"simulated, width {sp.get('width')}")
         P = sim.params.get("n_inputs", 0)
         if P >= 2:  # what the finite-data estimator Vtilde/V averages to at infinite width
             q = np.asarray(prop.q).reshape(layers.size, -1)[:, 0]
@@ -146,16 +195,19 @@ def depth_curves(prop, sim=None, path=None, title=None):
     a2.set_ylabel("$\\gamma^{(l)}$")
     for a in (a1, a2):
         a.legend(fontsize=8)
-    p = getattr(prop, "params", {}) or {}
-    fig.suptitle(title or f"{p.get('act', '')}: depth profile")
-    return _finish(fig, path)
+    point = {k: np.ravel(getattr(prop, k))[0] for k in ("sigma_w2", "sigma_b2") if getattr(prop, k, None) is not None}
+    p = {**(getattr(prop, "params", {}) or {}), **point, **(sim.params if sim is not None else {})}
+    fig.suptitle(title or _title(p.get("act"), p.get("sigma_w2"), p.get("sigma_b2"), width=p.get("width"),
+                                 networks=p.get("n_networks"), inputs=p.get("n_inputs"),
+                                 residual=p.get("residual")) + ": depth profile")
+    return _finish(fig, path, dpi, own)
 
 
-def g0_densities(gammas=(0.1, 0.5, 1.0, 2.0, 10.0), path=None):
+def g0_densities(gammas=(0.1, 0.5, 1.0, 2.0, 10.0), path=None, ax=None, dpi=None):
     """Densities of G0, the fraction of inputs assigned to class 0 (docs/theory.md section 10), for
-    several drift ratios gamma: peaked at 1/2 (gamma < 1), uniform (gamma = 1), pushed to 0 and 1."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    several drift ratios gamma: peaked at 1/2 (gamma < 1), uniform (gamma = 1), pushed to 0 and 1.
+    On ``ax`` (default: a new figure); saved to ``path`` (.png at ``dpi``, .pdf/.svg). Returns the figure."""
+    fig, ax, own = _own(ax, (6, 4))
     g = np.linspace(1e-4, 1 - 1e-4, 801)
     for gam in gammas:
         ax.plot(g, igb.g0_pdf(g, gam), label=f"$\\gamma = {gam:g}$")
@@ -164,66 +216,88 @@ def g0_densities(gammas=(0.1, 0.5, 1.0, 2.0, 10.0), path=None):
     ax.set_ylabel("density")
     ax.legend(fontsize=8)
     ax.set_title("Initial guessing bias: distribution of $G_0$")
-    return _finish(fig, path)
+    return _finish(fig, path, dpi, own)
 
 
-def divergence(d, path=None, title=None):
+def _divergence_fit(d, gam, l):
+    """(layers, fitted gamma, label) of the law :func:`symfield.divergence` fitted: over the second half
+    of the layers, log gamma = a + r l + e/l (exponential) or a + p log l + e/l (power law), with its
+    slope r or p; a and e are refitted here with the slope fixed (the same least-squares optimum).
+    For a finite limit: the constant gamma*."""
+    if d.kind == "finite":
+        return l, np.full(l.size, float(d.gamma_star)), f"limit $\\gamma^*$ = {float(d.gamma_star):.4g}"
+    sel = (l > l.size // 2) & np.isfinite(gam) & (gam > 0)
+    slope = float(d.rate if d.kind == "exponential" else d.exponent)
+    x = l if d.kind == "exponential" else np.log(l)
+    A = np.vstack([np.ones(sel.sum()), 1 / l[sel]]).T
+    (a, e), *_ = np.linalg.lstsq(A, np.log(gam[sel]) - slope * x[sel], rcond=None)
+    law = (f"$\\gamma \\propto e^{{{slope:.4g}\\,l}}$" if d.kind == "exponential"
+           else f"$\\gamma \\propto l^{{{slope:.4g}}}$")
+    return l[sel], np.exp(a + slope * x[sel] + e / l[sel]), f"fit: {law} (1 + O(1/l)), layers {l[sel][0]}-{l[-1]}"
+
+
+def divergence(d, path=None, title=None, axes=None, dpi=None, act=None, sigma_w2=None, sigma_b2=None):
     """gamma^(l) of a :func:`symfield.divergence` result on semi-log (exponential growth is a
-    line) and log-log (power law is a line) axes, with the classification in the title."""
-    plt = _pyplot()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4), dpi=120)
+    line) and log-log (power law is a line) axes (``axes``: two axes, default a new figure), with the
+    fitted law overlaid (red) and the classification, activation and sigmas (``act``, ``sigma_w2``,
+    ``sigma_b2``: those of the result) in the title. Saved to ``path`` (.png at ``dpi``, .pdf/.svg) when
+    given. Returns the figure."""
+    fig, (a1, a2), own = _own(axes, (10, 4.2), ncols=2)
     gam = np.asarray(d.gamma, dtype=float)
     l = np.arange(1, gam.size + 1)
-    a1.semilogy(l, gam, "k.-", ms=3)
-    a2.loglog(l, gam, "k.-", ms=3)
-    for a, name in ((a1, "semi-log"), (a2, "log-log")):
+    lf, fit, label = _divergence_fit(d, gam, l)
+    for a, name, draw in ((a1, "semi-log", "semilogy"), (a2, "log-log", "loglog")):
+        getattr(a, draw)(l, gam, "k.-", ms=2.5, lw=0.8, zorder=3, label=f"$\\gamma^{{(l)}}$ ({d.precision})")
+        getattr(a, draw)(lf, fit, "-", color="#c44e52", lw=5, alpha=0.45, zorder=2, label=label)  # under the data
         a.set_xlabel("layer $l$")
         a.set_ylabel("$\\gamma^{(l)}$")
         a.set_title(name, fontsize=9)
+        a.legend(fontsize=8, loc="best")    # the corner the curves leave empty (it differs per panel and law)
     what = {"exponential": ("rate", d.rate), "power-law": ("exponent", d.exponent),
-            "finite": ("gamma*", d.gamma_star)}[d.kind]
+            "finite": ("$\\gamma^*$", d.gamma_star)}[d.kind]
     what = f"{what[0]} {float(what[1]):.4g}"
-    fig.suptitle(title or f"gamma divergence: {d.kind} ({what})")
-    return _finish(fig, path)
+    head = _title(getattr(act, "name", act), sigma_w2, sigma_b2)
+    fig.suptitle(title or (f"{head}: " if head else "") + f"$\\gamma$ divergence {d.kind} ({what})")
+    return _finish(fig, path, dpi, own)
 
 
-def class_gradients(g, path=None, title=None):
+def class_gradients(g, path=None, title=None, ax=None, dpi=None):
     """Per-class mean squared gradients (1/N) |dl/dh^(l)|^2 against layer l from a
     :func:`symfield.class_gradients` result: favoured class (the one the network assigns most
     inputs to at initialisation), unfavoured class and all samples; median over networks with
-    the 5-95% band across networks when there are several. Returns the figure."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    a band across networks when there are several (5-95 % from 20 networks on, min-max below: the
+    legend says which). On ``ax`` (default: a new figure); saved to ``path`` (.png at ``dpi``, .pdf/.svg).
+    Returns the figure."""
+    fig, ax, own = _own(ax, (6.4, 4.6))
     layers = np.asarray(g.layers)
     for name, colour in (("unfavoured", "#c44e52"), ("favoured", "#4c72b0"), ("all", "#555555")):
         v = np.asarray(getattr(g, name), dtype=float)
         ax.semilogy(layers, np.nanmedian(v, axis=0), color=colour, lw=2 if name != "all" else 1,
                     ls="-" if name != "all" else "--", label=f"{name} class" if name != "all" else "all samples")
         if v.shape[0] >= 2:
-            lo, hi = np.nanquantile(v, [0.05, 0.95], axis=0)
-            ax.fill_between(layers, lo, hi, color=colour, alpha=0.2)
+            lo, hi, what = _spread(v, "networks")
+            ax.fill_between(layers, lo, hi, color=colour, alpha=0.2,
+                            label=f"bands: {what} (median line)" if name == "unfavoured" else None)
     ax.set_xlabel("layer $l$")
     ax.set_ylabel("mean $(\\partial \\ell / \\partial h^{(l)})^2$")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)  # bands fill the axes
     p = getattr(g, "params", {}) or {}
-    ax.set_title(title or f"{p.get('act', '')}: gradients per class at initialisation "
-                          f"($\\sigma_w^2$={p.get('sigma_w2', '?')}, $\\sigma_b^2$={p.get('sigma_b2', '?')})", fontsize=9)
-    return _finish(fig, path)
+    head = _title(p.get("act"), p.get("sigma_w2"), p.get("sigma_b2"), width=p.get("width"),
+                  inputs=p.get("n_inputs"), residual=p.get("residual"))
+    ax.set_title(title or f"{head}: gradients per class at initialisation", fontsize=9)
+    return _finish(fig, path, dpi, own)
 
 
-def gram_bands(g, sim=None, width=None, path=None, axes=None, title=None):
+def gram_bands(g, sim=None, width=None, path=None, axes=None, title=None, dpi=None):
     """Finite-width Gram entries per layer: the theory band K + K1/n +- 2 sqrt(diag(gram_cov)/n) of a
     :func:`symfield.gram_fluctuations` result ``g`` and, with ``sim`` (a :func:`symfield.simulate`
     result on two inputs), every simulated network's entries (dots) and their mean (crosses).
-    ``width`` defaults to the simulation's. Three panels: Ghat_aa, Ghat_bb, Ghat_ab. Returns the figure."""
-    plt = _pyplot()
+    ``width`` defaults to the simulation's. Three panels (``axes``: three axes, default a new figure):
+    Ghat_aa, Ghat_bb, Ghat_ab. Saved to ``path`` (.png at ``dpi``, .pdf/.svg) when given. Returns the figure."""
     n = width if width is not None else (sim.params["width"] if sim is not None else None)
     if n is None:
         raise ValueError("gram_bands: give width= (or a simulation) to draw the width-n band")
-    if axes is None:
-        fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), dpi=120)
-    else:
-        fig = axes[0].figure
+    fig, axes, own = _own(axes, (12, 3.6), ncols=3)
     layers = np.asarray(g.layers)
     lo, hi = g.band(n)
     mean = g.mean(n).astype(float)
@@ -245,5 +319,118 @@ def gram_bands(g, sim=None, width=None, path=None, axes=None, title=None):
     axes[0].legend(fontsize=7)
     p = g.params
     fig.suptitle(title or f"{p.get('act', '')}: $\\sigma_w^2$ = {p.get('sigma_w2')}, $\\sigma_b^2$ = {p.get('sigma_b2')}, "
-                 f"width {n}, inputs $q_0$ = {tuple(p.get('q0', ()))}", y=1.03)
-    return _finish(fig, path)
+                 f"width {n}, inputs $q_0$ = {tuple(p.get('q0', ()))}"
+                 + (f", residual $\\alpha$ = {p['residual']}" if p.get("residual") else ""), y=1.03)
+    return _finish(fig, path, dpi, own)
+
+
+def _log_spectrum(ax, spec, sim):
+    """Density of log10(lambda) (lambda rho(lambda) ln 10) over the simulated log10 values: for spectra
+    reaching 0 (a density diverging there, an atom at 0) or spanning decades."""
+    hi, f = spec.support[1], np.nan_to_num(spec.x * spec.pdf)
+    keep = (spec.x >= 1e-12 * hi) & (np.cumsum(f >= 1e-3 * f.max()) > 0)   # from where it is visible
+    if sim is not None:
+        vals = np.asarray(sim.sv2).ravel()
+        lo = np.log10(spec.x[keep][0]) if keep.any() else np.log10(1e-12 * hi)
+        u = np.log10(vals[vals > 0])
+        counts, edges = np.histogram(u[(u >= lo) & (u <= np.log10(1.5 * hi))], bins=80)
+        ax.stairs(counts / (vals.size * np.diff(edges)), edges, fill=True, color="#c44e52", alpha=0.35,
+                  label=f"simulated, width {sim.params['width']} ({sim.params['n_networks']} networks)")
+    ax.plot(np.log10(spec.x[keep]), spec.x[keep] * spec.pdf[keep] * np.log(10), "k-", lw=1.5,
+            label="infinite width (free probability)")
+    for loc, mass in spec.atoms:
+        ax.plot([], [], " ", label=f"+ atom at $\\lambda$ = {loc:.3g} of mass {mass:.3g}")
+    ax.set_xlabel("$\\log_{10} \\lambda$, $\\lambda$ = squared singular value of $J$")
+    ax.set_ylabel("density of $\\log_{10} \\lambda$")
+
+
+def jacobian_spectrum(spec, sim=None, ax=None, path=None, title=None, log=None, dpi=None):
+    """Density of the squared singular values of J (a :func:`symfield.jacobian_spectrum` result), atoms
+    as vertical arrows with their mass, over the histogram of a :func:`symfield.simulate_jacobian`
+    result ``sim`` when given. ``log=True`` draws the density of log10(lambda) instead (default: when the
+    support reaches 0 or spans more than two decades). On ``ax`` (default: a new figure); saved to ``path``
+    (.png at ``dpi``, .pdf/.svg) when given. Returns the figure."""
+    fig, ax, own = _own(ax, (6.4, 4.2))
+    lo, hi = spec.support
+    if log is None:
+        log = bool(len(spec.x)) and np.isfinite(hi) and not lo > 0.01 * hi
+    if log:
+        _log_spectrum(ax, spec, sim)
+        sim = None
+    if sim is not None:
+        vals = np.asarray(sim.sv2).ravel()
+        top = spec.support[1] if np.isfinite(spec.support[1]) else vals.max()
+        ax.hist(vals[vals <= 1.5 * top], bins=80, density=True, color="#c44e52", alpha=0.35,
+                label=f"simulated, width {sim.params['width']} ({sim.params['n_networks']} networks)")
+    if len(spec.x) and not log:
+        ax.plot(spec.x, spec.pdf, "k-", lw=1.5, label="infinite width (free probability)")
+    for loc, mass in ([] if log else spec.atoms):
+        ax.annotate(f"atom {mass:.3g}", (loc, 0), (loc, ax.get_ylim()[1] * 0.8), arrowprops=dict(arrowstyle="->"),
+                    fontsize=8)
+    if not log:
+        ax.set_xlabel("squared singular value $\\lambda$ of $J$")
+        ax.set_ylabel("density")
+    p = spec.params
+    ax.set_title(title or f"{p['act']}, {p['weights']} weights, $\\sigma_w^2$={p['sigma_w2']:.4g}, "
+                          f"$\\sigma_b^2$={p['sigma_b2']:.4g}, L={p['depth']}: var {spec.var:.3g}", fontsize=9)
+    ax.legend(fontsize=8)
+    return _finish(fig, path, dpi, own)
+
+
+def jacobian_depth(depths, variances, labels, ax=None, path=None, dpi=None):
+    """Spectrum variance m_2 - m_1^2 (or any per-depth statistic) against depth, one curve per label.
+    On ``ax`` (default: a new figure); saved to ``path`` (.png at ``dpi``, .pdf/.svg). Returns the figure."""
+    fig, ax, own = _own(ax, (5.6, 4.0))
+    for v, lab in zip(variances, labels):
+        ax.plot(depths, v, "o-", ms=3, label=lab)
+    ax.set_xlabel("depth $L$")
+    ax.set_ylabel("variance of the squared singular values")
+    ax.legend(fontsize=8)
+    return _finish(fig, path, dpi, own)
+
+
+def _boundary(ax, pd, colour):
+    """The edge-of-chaos curve of a phase diagram (or its chi1 = 1 contour when there is no curve)."""
+    if np.isfinite(pd.eoc).sum() >= 2:
+        ax.plot(pd.sigma_b2, pd.eoc, "-", color=colour, lw=2, label="edge of chaos ($\\chi_1 = 1$)")
+    elif np.nanmin(pd.slope) < 1 < np.nanmax(pd.slope):
+        ax.contour(pd.sigma_b2, pd.sigma_w2, pd.slope, levels=[1.0], colors=colour, linewidths=2)
+        ax.plot([], [], "-", color=colour, lw=2, label="order/chaos boundary ($\\chi_1 = 1$)")
+
+
+def isometry_map(diagram, pd=None, ax=None, path=None, title=None, act=None, dpi=None):
+    """log10 of the relative variance m_2/m_1^2 - 1 of the squared singular values of J (a
+    :func:`symfield.isometry_diagram` result) with a colorbar, sigma_b2 on x and sigma_w2 on y as in
+    :func:`phase_diagram`, the contour m_1 = 1 (dashed) and, with ``pd`` (a :func:`symfield.phase_diagram`
+    on the same grid), the edge of chaos. Without ``ax`` and with ``pd``, the phase diagram (``act`` as
+    there) is drawn in a panel on the left. Dark = near-isometric. Saved to ``path`` (.png at ``dpi``,
+    .pdf/.svg) when given. Returns the figure."""
+    plt = _pyplot()
+    fig = None
+    if ax is None:
+        fig, axes = plt.subplots(1, 1 if pd is None else 2, figsize=(6.6 if pd is None else 13.2, 4.8), dpi=120,
+                                 squeeze=False)
+        ax = axes[0, -1]
+        if pd is not None:
+            phase_diagram(pd, ax=axes[0, 0], act=act)
+    rel = np.where(diagram.status == 0, diagram.rel_var, np.nan)
+    with np.errstate(all="ignore"):
+        z = np.log10(np.maximum(rel, 1e-16))
+    mesh = ax.pcolormesh(diagram.sigma_b2, diagram.sigma_w2, z, shading="nearest", cmap="viridis")
+    (ax.figure if fig is None else fig).colorbar(mesh, ax=ax, label="$\\log_{10}(m_2/m_1^2 - 1)$")
+    with np.errstate(all="ignore"):
+        lm1 = np.log(np.where(diagram.status == 0, diagram.m1, np.nan))
+    if diagram.sigma_b2.size > 1 and np.nanmin(lm1) < 0 < np.nanmax(lm1):
+        ax.contour(diagram.sigma_b2, diagram.sigma_w2, lm1, levels=[0.0], colors="#dd8452", linestyles="--",
+                   linewidths=1.5)
+        ax.plot([], [], "--", color="#dd8452", lw=1.5, label="$m_1 = 1$ (mean squared singular value)")
+    if pd is not None:
+        _boundary(ax, pd, "w")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)  # off the map
+    ax.set_xlabel("$\\sigma_b^2$")
+    ax.set_ylabel("$\\sigma_w^2$")
+    p = diagram.params
+    ax.set_title(title or f"{p.get('act', '')}, {p.get('weights', '')} weights, L = {p.get('depth', '')}: "
+                          "spread of the Jacobian spectrum", fontsize=9)
+    return _finish(fig or ax.figure, path, dpi, own=fig is not None)

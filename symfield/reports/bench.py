@@ -73,18 +73,41 @@ def _grid(grid, sigma_w2, sigma_b2):
     return sw, sb
 
 
-def bench(act="tanh", grid=(256, 256), depth=100, sigma_w2=(0.1, 4.0), sigma_b2=(0.0, 0.2),
-          repeat=3, gh_grid=(8, 8), gh_nodes=(16, 32, 64, 128, 192, 256, 320, 360), target=1e-10,
-          scipy_samples=4, n_check=20, check_dps=30, n_traj=4, seed=0, verbose=False) -> BenchResult:
+def bench(act: str = "tanh", grid: tuple[int, int] = (256, 256), depth: int = 100,
+          sigma_w2: tuple[float, float] = (0.1, 4.0), sigma_b2: tuple[float, float] = (0.0, 0.2), repeat: int = 3,
+          gh_grid: tuple[int, int] = (8, 8), gh_nodes: tuple[int, ...] = (16, 32, 64, 128, 192, 256, 320, 360),
+          target: float = 1e-10, scipy_samples: int = 4, n_check: int = 20, check_dps: int = 30, n_traj: int = 4,
+          seed: int = 0, verbose: bool = False) -> BenchResult:
     """Run the benchmark (see the module docstring) and return a :class:`BenchResult`.
 
-    act : activation (default tanh); grid : (n_w, n_b) points of sigma_w2 x sigma_b2 on the closed
-    intervals ``sigma_w2``, ``sigma_b2``; depth : layers. gh_grid : sub-grid (taken evenly from the
-    grid) on which GH runs; gh_nodes : node counts tried; target : per-step accuracy GH must reach
-    (if no tried count reaches it, the most accurate one is timed and reported as such).
-    (numpy's hermegauss overflows beyond n = 360.) scipy_samples : cell-layers timed with QUADPACK (0 skips); n_check : mpmath checks (0 skips) at
-    check_dps digits; n_traj : cells whose whole trajectories (all layers) are compared with the
-    quadrature path (table path only; 0 skips). Small values (grid=(16, 16), depth=10, n_check=2, check_dps=15) run in seconds.
+    Parameters
+    ----------
+    act : str
+        Activation.
+    grid, depth, repeat : tuple of int, int, int
+        (n_w, n_b) points of sigma_w2 x sigma_b2, layers, timing repeats.
+    sigma_w2, sigma_b2 : tuple of float
+        The closed intervals of the grid.
+    gh_grid, gh_nodes, target : tuple of int, tuple of int, float
+        Sub-grid (taken evenly from the grid) on which GH runs, node counts tried (numpy's hermegauss
+        overflows beyond n = 360), per-step accuracy GH must reach (if no tried count reaches it,
+        the most accurate one is timed and reported as such).
+    scipy_samples, n_check, check_dps, n_traj : int
+        Cell-layers timed with QUADPACK; mpmath checks at check_dps digits; cells whose whole
+        trajectories are compared with the quadrature path (table path only); 0 skips each.
+    seed, verbose : int, bool
+        Seed of the sampled cells; print as it goes.
+
+    Returns
+    -------
+    BenchResult
+        Timings and accuracies of each path.
+
+    Examples
+    --------
+    Small values run in seconds:
+
+    >>> sf.bench(grid=(16, 16), depth=10, n_check=2, check_dps=15)   # doctest: +SKIP
     """
     grid = tuple(check.integer(_F, "grid", g, lo=1) for g in _pair(grid, "grid"))
     gh_grid = tuple(check.integer(_F, "gh_grid", g, lo=1) for g in _pair(gh_grid, "gh_grid"))

@@ -34,6 +34,7 @@ import mpmath
 import numpy as np
 
 from symfield.core.files import atomic_write
+from symfield.core.version import provenance
 from symfield.reports.oracles import mp_expect1, mp_expect2
 
 
@@ -513,8 +514,9 @@ def to_dict(results: list[Result]) -> dict:
 
 
 def write_json(results: list[Result], path) -> Path:
-    """Write :func:`to_dict` to ``path`` atomically."""
-    return atomic_write(path, json.dumps(jsonable(to_dict(results)), indent=2, allow_nan=False) + "\n")
+    """Write :func:`to_dict` to ``path`` atomically, with its provenance (argv, UTC time, versions)."""
+    record = {**jsonable(to_dict(results)), "provenance": provenance()}
+    return atomic_write(path, json.dumps(record, indent=2, allow_nan=False) + "\n")
 
 
 def jsonable(o):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextvars
 import re
+from typing import Literal
 
 import sympy as sp
 from sympy.printing.latex import LatexPrinter
@@ -324,10 +325,28 @@ def _num(v) -> str:
 
 
 # ---------------------------------------------------------------- the document
-def derive(act, pool=None, k=2) -> str:
+def derive(act: str | Activation, pool: Literal["max", "avg"] | None = None, k: int = 2) -> str:
     """A complete, compilable LaTeX document deriving the mean-field theory of ``act`` step by step.
 
-    ``act``: anything :func:`symfield.activation` accepts (``pool``/``k`` as there). Deterministic."""
+    Parameters
+    ----------
+    act : str or Activation
+        Anything :func:`symfield.activation` accepts.
+    pool : {'max', 'avg'}, optional
+        Pool over ``k`` nodes, as in :func:`symfield.activation`.
+    k : int
+        Pool size.
+
+    Returns
+    -------
+    str
+        The LaTeX source (deterministic).
+
+    Examples
+    --------
+    >>> sf.derive("relu").splitlines()[0][1:]
+    'documentclass[10pt]{article}'
+    """
     if pool is not None or not isinstance(act, Activation):
         import warnings
         with warnings.catch_warnings():

@@ -171,13 +171,35 @@ class _Phi:
 
 
 # ---------------------------------------------------------------- verify
-def verify(formula, *, seed=0, n_mc=200_000, dps=20, phase_seconds=PHASE_SECONDS) -> Report:
+def verify(formula: str, *, seed: int = 0, n_mc: int = 200_000, dps: int = 20,
+           phase_seconds: float | None = PHASE_SECONDS) -> Report:
     """Check an activation (a formula in x or a built-in name) three ways; see the module docstring.
 
-    ``phase_seconds``: wall-clock limit per phase check (> 0 s, or None for no limit); a phase not
-    determined in time makes the report inconclusive, never passed. Raises FormulaError (a
-    ValueError) when ``formula`` is not a formula; every other finding is recorded in the returned
-    :class:`Report` (``status`` "pass" / "fail" / "inconclusive"; ``ok`` True only for "pass")."""
+    Raises FormulaError (a ValueError) when ``formula`` is not a formula; every other finding is
+    recorded in the returned report.
+
+    Parameters
+    ----------
+    formula : str
+        A formula in x or a built-in name.
+    seed, n_mc : int
+        Seed and sample count of the Monte Carlo check.
+    dps : int
+        mpmath digits of the high-precision check.
+    phase_seconds : float, optional
+        Wall-clock limit per phase check (> 0 s, or None for no limit); a phase not determined in
+        time makes the report inconclusive, never passed.
+
+    Returns
+    -------
+    Report
+        ``status`` "pass" / "fail" / "inconclusive"; ``ok`` True only for "pass".
+
+    Examples
+    --------
+    >>> sf.verify("x*erf(x)").status      # doctest: +SKIP
+    'pass'
+    """
     if not isinstance(formula, str):
         raise TypeError(f"The 'formula' parameter of verify must be a str. Got {formula!r} instead.")
     seed = validate.integer("verify", "seed", seed, lo=0)

@@ -12,6 +12,7 @@ import re
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Literal
 
 import mpmath
 import numpy as np
@@ -69,8 +70,19 @@ POOLS = (None, "max", "avg")
 MAX_K = 8
 
 
-def activations():
-    """Names of the built-in activations."""
+def activations() -> list[str]:
+    """Names of the built-in activations.
+
+    Returns
+    -------
+    list of str
+        Sorted names; each is accepted by :func:`activation` (with its parameters, if any).
+
+    Examples
+    --------
+    >>> sf.activations()[:4]
+    ['abrelu', 'abs', 'cos', 'elu']
+    """
     return sorted(BUILTINS)
 
 
@@ -92,7 +104,7 @@ class Activation:
     def __str__(self):
         return self.name
 
-    def __call__(self, value):
+    def __call__(self, value: float) -> float:
         """phi(value) for a float (single node)."""
         return float(self.expr.subs(x, value))
 
@@ -135,11 +147,35 @@ def _spec_name(name, params, defaults):
     return f"{name}(" + ", ".join(f"{k}={v}" for k, v in shown.items()) + ")"
 
 
-def activation(spec, pool=None, k=2, **params) -> Activation:
+def activation(spec: str | Activation, pool: Literal["max", "avg"] | None = None, k: int = 2,
+               **params: float | tuple[float, ...]) -> Activation:
     """Build an activation from a built-in name (with parameters) or a formula in x.
 
     ``activation("leaky_relu", slope=0.2)``, ``activation("leaky_relu(0.2)")``,
     ``activation("x*erf(x)")``, ``activation("relu", pool="max", k=2)``.
+
+    Parameters
+    ----------
+    spec : str or Activation
+        A built-in name (:func:`activations`), optionally with arguments, or a formula in x.
+    pool : {'max', 'avg'}, optional
+        Pool phi over ``k`` nodes; None for a single node.
+    k : int
+        Pool size (1..8), used only with ``pool``.
+    **params : float or tuple of float
+        Parameters of a built-in activation (e.g. ``slope`` of leaky_relu).
+
+    Returns
+    -------
+    Activation
+        The activation, named canonically (e.g. ``'leaky_relu(slope=0.2)'``, ``'relu+max2'``).
+
+    Examples
+    --------
+    >>> sf.activation("leaky_relu(0.2)").name
+    'leaky_relu(slope=0.2)'
+    >>> sf.activation("relu", pool="max", k=2).name
+    'relu+max2'
     """
     if isinstance(spec, Activation):
         base = spec

@@ -32,8 +32,24 @@ KERNEL_SECONDS = 300.0  # time budget of all maps of one activation (and timelim
 STEP_SECONDS = 120.0    # time budget of one step (an expectation, a simplification)
 
 
-def kernel(act) -> Kernel:
-    """Symbolic kernel maps of ``act`` (cached); TooExpensive (a ValueError) past the budgets."""
+def kernel(act: str | Activation) -> Kernel:
+    """Symbolic kernel maps of ``act`` (cached); TooExpensive (a ValueError) past the budgets.
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+
+    Returns
+    -------
+    Kernel
+        The maps V, C, mean, dpsi2, dC, dV as SymPy expressions in q or (q1, q2, q12).
+
+    Examples
+    --------
+    >>> sf.kernel("relu").V
+    q/2
+    """
     if not isinstance(act, Activation):
         act = activation(act)
     found = _DONE.get(act)

@@ -24,6 +24,7 @@ from symfield.numeric import codegen
 from symfield.numeric.distance import rule as distance_rule
 from symfield.numeric.evaluate import evaluate, to_mpf
 from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
+from symfield.symbolic.activation import Activation
 from symfield.symbolic.kernel import kernel
 from symfield.theory.propagate import propagate
 
@@ -94,8 +95,32 @@ def _geometric_limit(gamma):
     return None
 
 
-def divergence(act, sigma_w2, sigma_b2, depth=200, dps=40) -> Divergence:
-    """Classify gamma^(l) as "exponential" (with rate), "power-law" (with exponent) or "finite"."""
+def divergence(act: str | Activation, sigma_w2: float, sigma_b2: float, depth: int = 200,
+               dps: int | None = 40) -> Divergence:
+    """Classify gamma^(l) as "exponential" (with rate), "power-law" (with exponent) or "finite".
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    sigma_w2, sigma_b2 : float
+        Weight (> 0) and bias (>= 0) variances.
+    depth : int
+        Layers of gamma^(l) = c^(l)/(1 - c^(l)) to compute and fit.
+    dps : int or None
+        mpmath digits of the recursion (None: float64).
+
+    Returns
+    -------
+    Divergence
+        ``kind``, ``rate`` (gamma_(l+1)/gamma_l -> exp(rate)), ``exponent`` (gamma_l ~ l^exponent),
+        ``gamma_star``, per-layer ``gamma``, fit residuals ``rms`` and ``precision``.
+
+    Examples
+    --------
+    >>> sf.divergence("relu", 2.0, 0.0, depth=30).kind
+    'power-law'
+    """
     K = kernel(act)
     sw = float(check.real("divergence", "sigma_w2", sigma_w2, lo=0, lo_open=True))
     sb = float(check.real("divergence", "sigma_b2", sigma_b2, lo=0))

@@ -153,13 +153,39 @@ def _recurse(K, sw, sb, depth, coef, k):
     return K, V, K1
 
 
-def finite_width(act, sigma_w2, sigma_b2, depth, q0=1.0, *, exact=False, dps=None) -> FiniteWidth:
+def finite_width(act: str | Activation, sigma_w2: float, sigma_b2: float, depth: int, q0: float = 1.0, *,
+                 exact: bool = False, dps: int | None = None) -> FiniteWidth:
     """K^(l), V^(l), K1^(l) for l = 1..depth (module docstring for the recursion).
 
     ``exact=True`` runs the recursion in SymPy numbers (floats read as the decimals they print as,
     0.1 -> 1/10; needs closed-form coefficients), e.g. relu at sigma_w2 = 2, sigma_b2 = 0 gives
     V/K^2 = 5 (l - 1) as Rationals; ``dps=N`` uses mpmath at N digits; default float64.
-    Returns arrays (object arrays in the exact/mpmath modes) and the symbolic ``coefficients``.
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    sigma_w2, sigma_b2 : float
+        Weight and bias variances (>= 0).
+    depth : int
+        Number of layers (>= 1); row 0 is the linear layer 1.
+    q0 : float
+        Input norm x.x/n0 (> 0).
+    exact : bool
+        Run in SymPy numbers.
+    dps : int, optional
+        mpmath digits; None for float64.
+
+    Returns
+    -------
+    FiniteWidth
+        Arrays ``K``, ``V``, ``K1``, ``layers`` (object arrays in the exact/mpmath modes) and the
+        symbolic ``coefficients``.
+
+    Examples
+    --------
+    >>> sf.finite_width("relu", 2.0, 0.0, depth=4, exact=True).V
+    array([0, 20, 40, 60], dtype=object)
     """
     depth = check.integer(_F, "depth", depth, lo=1)
     for name, v in (("sigma_w2", sigma_w2), ("sigma_b2", sigma_b2)):

@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import mpmath
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from symfield.core import validate as check
 from symfield.numeric import tables
@@ -39,6 +41,7 @@ from symfield.numeric.distance import rule as distance_rule
 from symfield.numeric.evaluate import NUMPY_MODULES, evaluate, evaluator, to_mpf, vectorised
 from symfield.numeric.table1d import Table1D
 from symfield.numeric.vroot import vroot
+from symfield.symbolic.activation import Activation
 from symfield.symbolic.gaussian import homogeneous
 from symfield.symbolic.gaussian import q as Q
 from symfield.symbolic.gaussian import q1 as Q1
@@ -364,8 +367,29 @@ def _q_star_points(N, sw, sb):
     return out
 
 
-def q_star(act, sigma_w2, sigma_b2, dps=None):
-    """The variance fixed point q* (float64 arrays broadcast; dps=N gives mpmath numbers)."""
+def q_star(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike,
+           dps: int | None = None) -> float | NDArray[Any] | mpmath.mpf:
+    """The variance fixed point q* (float64 arrays broadcast; dps=N gives mpmath numbers).
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    sigma_w2, sigma_b2 : array_like
+        Weight and bias variances (>= 0); arrays broadcast.
+    dps : int, optional
+        None for float64; N for mpmath numbers correct to N digits.
+
+    Returns
+    -------
+    float, ndarray or mpmath.mpf
+        q* = sigma_w2 V(q*) + sigma_b2 (0 or inf where the recursion goes there).
+
+    Examples
+    --------
+    >>> round(sf.q_star("tanh", 1.5, 0.05), 10)
+    0.4180372005
+    """
     return _on_grid("q_star", act, sigma_w2, sigma_b2, dps, lambda N, sw, sb: N.run(_q_star_points, sw, sb))
 
 
@@ -534,10 +558,32 @@ def _eoc_points(N, sb):
     return sw, qs
 
 
-def eoc(act, sigma_b2, dps=None) -> EOC:
+def eoc(act: str | Activation, sigma_b2: float, dps: int | None = None) -> EOC:
     """Edge of chaos at ``sigma_b2``: result with .sigma_w2 and .q_star (bracketing root finder).
     Positively homogeneous psi (relu family): sigma_w2 = 1/E[psi'^2] at every sigma_b2, q* = inf
-    for sigma_b2 > 0, explained in .note (:func:`_eoc_homogeneous`)."""
+    for sigma_b2 > 0, explained in .note (:func:`_eoc_homogeneous`).
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    sigma_b2 : float
+        Bias variance (>= 0).
+    dps : int, optional
+        None for float64; N for mpmath numbers correct to N digits.
+
+    Returns
+    -------
+    EOC
+        ``sigma_w2``, ``q_star``, ``q_slope`` (= sigma_w2 V'(q*); ``stable`` if <= 1) and ``note``.
+
+    Examples
+    --------
+    >>> round(sf.eoc("tanh", 0.05).sigma_w2, 10)
+    1.7609546396
+    >>> sf.eoc("relu", 0.0).sigma_w2
+    2.0
+    """
     K = kernel(act)
     dps = check.dps("eoc", dps)
     sb = float(check.real("eoc", "sigma_b2", sigma_b2, lo=0))
@@ -558,9 +604,29 @@ def eoc(act, sigma_b2, dps=None) -> EOC:
     return EOC(sigma_b2=sb, sigma_w2=sw, q_star=qs, q_slope=slope, note=note)
 
 
-def eoc_curve(act, sigma_b2, dps=None):
+def eoc_curve(act: str | Activation, sigma_b2: ArrayLike, dps: int | None = None) -> NDArray[Any]:
     """sigma_w2 on the edge of chaos for each sigma_b2 (array in, array out); for positively
-    homogeneous psi the vertical line sigma_w2 = 1/E[psi'^2] (:func:`_eoc_homogeneous`)."""
+    homogeneous psi the vertical line sigma_w2 = 1/E[psi'^2] (:func:`_eoc_homogeneous`).
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    sigma_b2 : array_like
+        Bias variances (>= 0).
+    dps : int, optional
+        None for float64; N for mpmath numbers correct to N digits.
+
+    Returns
+    -------
+    ndarray
+        sigma_w2 at each sigma_b2 (float64, or mpmath numbers in an object array).
+
+    Examples
+    --------
+    >>> sf.eoc_curve("relu", [0.0, 0.1])
+    array([2., 2.])
+    """
     K = kernel(act)
     dps = check.dps("eoc_curve", dps)
     sb = check.real("eoc_curve", "sigma_b2", sigma_b2, lo=0)
@@ -774,8 +840,29 @@ def _c_star_solve(N, sw, sb):
     return _objects([_c_star_refined(N, *p) for p in zip(sw.tolist(), sb.tolist(), cs.tolist(), qs.tolist())])
 
 
-def c_star(act, sigma_w2, sigma_b2, dps=None):
-    """Stable correlation fixed point c* reached from c^(1) (float64 arrays; dps=N: mpmath)."""
+def c_star(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike,
+           dps: int | None = None) -> float | NDArray[Any] | mpmath.mpf:
+    """Stable correlation fixed point c* reached from c^(1) (float64 arrays; dps=N: mpmath).
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    sigma_w2, sigma_b2 : array_like
+        Weight and bias variances (>= 0); arrays broadcast.
+    dps : int, optional
+        None for float64; N for mpmath numbers correct to N digits.
+
+    Returns
+    -------
+    float, ndarray or mpmath.mpf
+        c* in [-1, 1]; c* = 1 in the ordered phase.
+
+    Examples
+    --------
+    >>> round(sf.c_star("tanh", 2.5, 0.05), 10)
+    0.4468042323
+    """
     return _on_grid("c_star", act, sigma_w2, sigma_b2, dps, _c_star_solve)
 
 
@@ -919,11 +1006,34 @@ def _neutrality_refined(N, sb, q0):
         return +sw
 
 
-def neutrality(act, sigma_b2, dps=None, sigma_w2_max=50.0):
+def neutrality(act: str | Activation, sigma_b2: ArrayLike, dps: int | None = None,
+               sigma_w2_max: float = 50.0) -> float | NDArray[Any] | mpmath.mpf:
     """sigma_w2 where c* = 1/2 (gamma* = 1) at each sigma_b2 > 0, by root finding on the
     eliminated equation of :func:`neutrality_line` (float64, arrays broadcast); dps=N refines
     the root in mpmath (secant from the float64 root, verified by its residual). Raises
-    ValueError where c* stays above 1/2 for every sigma_w2 <= sigma_w2_max."""
+    ValueError where c* stays above 1/2 for every sigma_w2 <= sigma_w2_max.
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    sigma_b2 : array_like
+        Bias variances (> 0).
+    dps : int, optional
+        None for float64; N for mpmath numbers correct to N digits.
+    sigma_w2_max : float
+        Upper end of the search in sigma_w2.
+
+    Returns
+    -------
+    float, ndarray or mpmath.mpf
+        sigma_w2 on the neutrality line.
+
+    Examples
+    --------
+    >>> round(sf.neutrality("tanh", 0.05), 8)
+    2.3782655
+    """
     K = kernel(act)
     dps = check.dps("neutrality", dps)
     sb = check.real("neutrality", "sigma_b2", sigma_b2, lo=0, lo_open=True)
@@ -974,11 +1084,34 @@ def phase_fields(K, sigma_w2, sigma_b2, eoc_tol):
     return codes, qs, cs, gamma, slope
 
 
-def phase(act, sigma_w2, sigma_b2, eoc_tol=1e-6, full=False):
+def phase(act: str | Activation, sigma_w2: float, sigma_b2: float, eoc_tol: float = 1e-6,
+          full: bool = False) -> str | Phase:
     """One of PHASES. c* = 1 (gamma* = inf): ordered / edge-of-chaos / chaotic by the slope
-    chi1 (< 1, |chi1 - 1| <= eoc_tol, > 1); c* in (1/2, 1): prejudice; c* <= 1/2: neutrality.
+    chi1 (< 1, abs(chi1 - 1) <= eoc_tol, > 1); c* in (1/2, 1): prejudice; c* <= 1/2: neutrality.
     chi1 is taken at q* (at q = 1 for positively homogeneous psi when q* is 0 or inf, where it
-    does not depend on q). ``full=True`` returns a :class:`Phase` with q*, c*, gamma*, slope."""
+    does not depend on q). ``full=True`` returns a :class:`Phase` with q*, c*, gamma*, slope.
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    sigma_w2, sigma_b2 : float
+        Weight and bias variances (>= 0).
+    eoc_tol : float
+        Half-width of the edge-of-chaos band in chi1.
+    full : bool
+        Return the :class:`Phase` record instead of its label.
+
+    Returns
+    -------
+    str or Phase
+        'ordered-deep-prejudice', 'edge-of-chaos', 'chaotic-deep-prejudice', 'prejudice' or 'neutrality'.
+
+    Examples
+    --------
+    >>> sf.phase("tanh", 1.5, 0.05), sf.phase("tanh", 2.5, 0.05)
+    ('ordered-deep-prejudice', 'neutrality')
+    """
     K = kernel(act)
     sw = float(check.real("phase", "sigma_w2", sigma_w2, lo=0))
     sb = float(check.real("phase", "sigma_b2", sigma_b2, lo=0))
@@ -1005,14 +1138,50 @@ def _depth_scale(func, act, sigma_w2, sigma_b2, slope_of):
     return out if out.ndim else float(out)
 
 
-def xi_q(act, sigma_w2, sigma_b2):
+def xi_q(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike) -> float | NDArray[np.float64]:
     """Depth scale of q: 1/xi_q = -ln[sigma_w2 E(phi'^2 + phi phi'')(q*)] = -ln[sigma_w2 V'(q*)]
-    (Schoenholz et al. 2017); inf where the slope reaches 1, NaN where q* is 0 or inf."""
+    (Schoenholz et al. 2017); inf where the slope reaches 1, NaN where q* is 0 or inf.
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    sigma_w2, sigma_b2 : array_like
+        Weight and bias variances (>= 0); arrays broadcast.
+
+    Returns
+    -------
+    float or ndarray
+        xi_q in layers (float64).
+
+    Examples
+    --------
+    >>> round(sf.xi_q("tanh", 1.5, 0.05), 8)
+    1.68282839
+    """
     return _depth_scale("xi_q", act, sigma_w2, sigma_b2,
                         lambda K, qs, cs: float(evaluate(K.dV, (Q,), (qs,), K.kinks)))
 
 
-def xi_c(act, sigma_w2, sigma_b2):
-    """Depth scale of c: 1/xi_c = -ln[sigma_w2 E phi'(u) phi'(v)] at (q*, c*); diverges at the EOC."""
+def xi_c(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike) -> float | NDArray[np.float64]:
+    """Depth scale of c: 1/xi_c = -ln[sigma_w2 E phi'(u) phi'(v)] at (q*, c*); diverges at the EOC.
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    sigma_w2, sigma_b2 : array_like
+        Weight and bias variances (>= 0); arrays broadcast.
+
+    Returns
+    -------
+    float or ndarray
+        xi_c in layers (float64).
+
+    Examples
+    --------
+    >>> round(sf.xi_c("tanh", 2.5, 0.05), 8)
+    11.79559752
+    """
     return _depth_scale("xi_c", act, sigma_w2, sigma_b2,
                         lambda K, qs, cs: float(evaluate(K.dC, (Q1, Q2, Q12), (qs, qs, cs * qs), K.kinks)))

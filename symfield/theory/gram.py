@@ -21,12 +21,15 @@ get their mean and variance at width n by the delta method (second order for the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import mpmath
 import numpy as np
 import sympy as sp
+from numpy.typing import NDArray
 
 from symfield.core import validate as check
+from symfield.core.dataset import ToXarray
 from symfield.core.progress import bar
 from symfield.numeric.evaluate import GUARD_DIGITS, NUMPY_MODULES, evaluate, to_mpf, vectorised
 from symfield.numeric.layer_pairs import pair_moments
@@ -44,8 +47,12 @@ PAIR_TOL = 1e-5        # residual layers are flagged when the pair rule's error 
 
 
 @dataclass(frozen=True)
-class GramFluctuations:
-    """Leading-order finite-width statistics of the (aa, bb, ab) Gram entries; row i is layer i + 1."""
+class GramFluctuations(ToXarray):
+    """Leading-order finite-width statistics of the (aa, bb, ab) Gram entries; row i is layer i + 1.
+
+    ``to_xarray()``: ``K``, ``K1`` over (layer, entry), ``gram_cov``, ``metric_cov`` over (layer, entry,
+    entry2), ``status``, ``c`` and ``gamma`` over (layer,); entry = ("aa", "bb", "ab"). With dps, the
+    values are float64 plus ``<name>_mp`` text to dps digits."""
     K: np.ndarray            # (depth, 3) infinite-width Gram
     K1: np.ndarray           # (depth, 3): E[Ghat] = K + K1/n
     gram_cov: np.ndarray     # (depth, 3, 3): lim n Cov(Ghat)
@@ -55,7 +62,25 @@ class GramFluctuations:
     moments: GramMoments = field(repr=False)
     params: dict = field(default_factory=dict)
 
-    def mean(self, n):
+    ENTRIES = ("aa", "bb", "ab")
+
+    def dataset_parts(self) -> dict:
+        """The arrays, coordinates, dims and parameters of :meth:`to_xarray` (for symfield.io.output.save)."""
+        data = {"K": self.K, "K1": self.K1, "gram_cov": self.gram_cov, "metric_cov": self.metric_cov,
+                "status": self.status, "c": self.c, "gamma": self.gamma}
+        data = {k: v for k, v in data.items() if v is not None}
+        dims = {"K": ("layer", "entry"), "K1": ("layer", "entry"), "gram_cov": ("layer", "entry", "entry2"),
+                "metric_cov": ("layer", "entry", "entry2"), "status": ("layer",), "c": ("layer",),
+                "gamma": ("layer",)}
+        params = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.params.items()}
+        return dict(data=data, coords={"layer": np.asarray(self.layers), "entry": np.array(self.ENTRIES),
+                                       "entry2": np.array(self.ENTRIES)},
+                    dims=dims, params=params, dps=self.params.get("dps"),
+                    var_attrs={"K": {"long_name": "infinite-width Gram entry K"},
+                               "status": {"long_name": "layer status", "flag_values": np.arange(3, dtype=np.asarray(self.status).dtype),
+                                          "flag_meanings": "ok derivative_error_above_tolerance non_finite"}})
+
+    def mean(self, n: float) -> NDArray[Any]:
         """E[Ghat] at width n to first order: K + K1/n."""
         return self.K + self.K1 / n
 
@@ -74,36 +99,37 @@ class GramFluctuations:
         return c, grad, hess
 
     @property
-    def c(self):
+    def c(self) -> NDArray[Any]:
         """Infinite-width correlation K_ab/sqrt(K_aa K_bb)."""
         return self._c_parts()[0]
 
-    def c_mean(self, n):
+    def c_mean(self, n: float) -> NDArray[Any]:
         """E[c_hat] at width n: c + (grad c . K1 + (1/2) hess c : gram_cov)/n."""
         c, g, h = self._c_parts()
         return c + ((g * self.K1).sum(axis=1) + (h * self.gram_cov).sum(axis=(1, 2)) / 2) / n
 
-    def c_var(self, n):
+    def c_var(self, n: float) -> NDArray[Any]:
         """Var[c_hat] at width n: grad c^T gram_cov grad c / n."""
         _, g, _ = self._c_parts()
         return (g[:, :, None] * self.gram_cov * g[:, None, :]).sum(axis=(1, 2)) / n
 
     @property
-    def gamma(self):
+    def gamma(self) -> NDArray[Any]:
+        """Infinite-width gamma = c/(1 - c)."""
         c = self.c
         return c / (1 - c)
 
-    def gamma_mean(self, n):
+    def gamma_mean(self, n: float) -> NDArray[Any]:
         """E[gamma_hat], gamma_hat = c_hat/(1 - c_hat): gamma(c) + gamma'(c) (E c_hat - c) + gamma''(c) Var c_hat/2."""
         c = self.c
         return c / (1 - c) + (self.c_mean(n) - c) / (1 - c) ** 2 + self.c_var(n) / (1 - c) ** 3
 
-    def gamma_var(self, n):
+    def gamma_var(self, n: float) -> NDArray[Any]:
         """Var[gamma_hat] = gamma'(c)^2 Var c_hat, gamma'(c) = 1/(1 - c)^2."""
         c = self.c
         return self.c_var(n) / (1 - c) ** 4
 
-    def band(self, n, z=2.0):
+    def band(self, n: float, z: float = 2.0) -> tuple[NDArray[Any], NDArray[Any]]:
         """(lower, upper) of K + K1/n -/+ z sqrt(diag(gram_cov)/n), shape (depth, 3) each."""
         m = self.mean(n)
         sd = np.sqrt(np.diagonal(self.gram_cov, axis1=1, axis2=2).astype(float) / n)
@@ -259,23 +285,32 @@ def _q0(q0):
     return qa, qb, qab
 
 
-def gram_fluctuations(act, sigma_w2, sigma_b2, depth, q0=(1.0, 1.0, 0.0), residual=None, *, dps=None) -> GramFluctuations:
+def gram_fluctuations(act: str | Activation, sigma_w2: float, sigma_b2: float, depth: int,
+                      q0: float | tuple[float, float, float] = (1.0, 1.0, 0.0), residual: float | None = None, *,
+                      dps: int | None = None) -> GramFluctuations:
     """Leading-order 1/n statistics of the two-input Gram matrix (module docstring for the recursion).
 
     Parameters
     ----------
-    act : activation name, formula or :class:`Activation` (pools included).
-    sigma_w2, sigma_b2 : weight and bias variances (scalars >= 0).
-    depth : number of layers; row 0 is the linear layer 1.
-    q0 : (qa0, qb0, qab0) = (|x_a|^2, |x_b|^2, x_a.x_b)/n0 (a scalar q means (q, q, 0)).
-    residual : None (plain network) or alpha > 0: z^(l+1) = z^(l) + alpha (W phi(z^(l)) + b) (float64,
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    sigma_w2, sigma_b2 : float
+        Weight and bias variances (scalars >= 0).
+    depth : int
+        Number of layers; row 0 is the linear layer 1.
+    q0 : float or tuple of float
+        (qa0, qb0, qab0) = (x_a.x_a, x_b.x_b, x_a.x_b)/n0 (a scalar q means (q, q, 0)).
+    residual : float, optional
+        None (plain network) or alpha > 0: z^(l+1) = z^(l) + alpha (W phi(z^(l)) + b) (float64,
         single-node activations; see :func:`_run_residual`).
-    dps : None for float64, else mpmath at ``dps`` digits.
+    dps : int, optional
+        None for float64, else mpmath at ``dps`` digits.
 
     Returns
     -------
-    GramFluctuations with ``K``, ``K1``, ``gram_cov``, ``metric_cov``, ``status`` and ``c_mean(n)``,
-    ``c_var(n)``, ``gamma_mean(n)``, ``gamma_var(n)``, ``band(n)``.
+    GramFluctuations
+        ``K``, ``K1``, ``gram_cov``, ``metric_cov``, ``status`` and ``c_mean(n)``, ``c_var(n)``,
+        ``gamma_mean(n)``, ``gamma_var(n)``, ``band(n)``.
 
     Examples
     --------

@@ -1,7 +1,9 @@
 """Initial guessing bias (IGB): drift ratio gamma and the class-fraction distributions (docs/theory.md s. 10).
 
-Bridge theorem: q_aa = sigma_mu2 + sigma_y2, q_ab = sigma_mu2, so
+Bridge theorem: q_aa = sigma_mu2 + sigma_y2, q_ab = sigma_mu2, so::
+
     gamma = sigma_mu2/sigma_y2 = q_ab/(q_aa - q_ab),   c = gamma/(1 + gamma).
+
 Binary output: G0 = Phi(sqrt(gamma) Z), Z ~ N(0,1), Phi the standard normal CDF.
 """
 from __future__ import annotations

@@ -10,13 +10,16 @@ numbers (element-wise, numpy object arrays for array input) correct to N digits.
 from __future__ import annotations
 
 import math
+from typing import Any, Literal
 
 import mpmath
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from symfield.core import validate as check
 from symfield.numeric import tables
 from symfield.numeric.evaluate import GUARD_DIGITS, evaluate, to_mpf
+from symfield.symbolic.activation import Activation
 from symfield.symbolic.gaussian import homogeneous
 from symfield.symbolic.gaussian import q as Q
 from symfield.symbolic.gaussian import q1 as Q1
@@ -47,8 +50,28 @@ def _combine(scale, shift, base, dps):
         return out if isinstance(out, np.ndarray) else out
 
 
-def V(act, q, dps=None):
-    """E[psi(u)^2], u ~ N(0, q I_k)."""
+def V(act: str | Activation, q: ArrayLike, dps: int | None = None) -> NDArray[Any] | mpmath.mpf:
+    """Variance kernel V(q) = E[psi(u)^2], u ~ N(0, q I_k).
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    q : array_like
+        Pre-activation variance (> 0); arrays broadcast.
+    dps : int, optional
+        None for float64; N for mpmath numbers correct to N digits.
+
+    Returns
+    -------
+    ndarray or mpmath.mpf
+        V(q): float64 array shaped like ``q`` (0-d for a scalar), or mpmath numbers.
+
+    Examples
+    --------
+    >>> float(sf.V("relu", 2.0))       # V(q) = q/2
+    1.0
+    """
     K = kernel(act)
     dps = check.dps("V", dps)
     qv = _num("V", "q", q, dps, lo=0, lo_open=True)
@@ -96,12 +119,33 @@ def _scalar(v):
     return isinstance(v, (float, int, np.floating, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
-def C(act, q1, q2, q12, dps=None):
-    """E[psi(u) psi(v)] for the two-input covariance [[q1, q12], [q12, q2]].
+def C(act: str | Activation, q1: ArrayLike, q2: ArrayLike, q12: ArrayLike,
+      dps: int | None = None) -> float | NDArray[Any] | mpmath.mpf:
+    """Covariance kernel C = E[psi(u) psi(v)] for the two-input covariance [[q1, q12], [q12, q2]].
 
     Max-pools without a closed form (float64 scalars): from the certified Chebyshev table of
     symfield.tables (tables.fast_C: any q1, q2 for homogeneous psi, q1 == q2 for the others, built
-    on first use resp. once repeated use pays for it), else the h_k quadrature."""
+    on first use resp. once repeated use pays for it), else the h_k quadrature.
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    q1, q2, q12 : array_like
+        Variances (> 0) and covariance, with q12^2 <= q1 q2; arrays broadcast.
+    dps : int, optional
+        None for float64; N for mpmath numbers correct to N digits.
+
+    Returns
+    -------
+    ndarray or mpmath.mpf
+        C(q1, q2, q12).
+
+    Examples
+    --------
+    >>> round(float(sf.C("relu", 1.0, 1.0, 0.0)), 12)     # mean(1)^2 = 1/(2 pi)
+    0.159154943092
+    """
     K = kernel(act)
     dps = check.dps("C", dps)
     if dps is None and _tabulated(K) and _scalar(q1) and _scalar(q2) and _scalar(q12):
@@ -131,8 +175,31 @@ def _C_array(K, a, b, c):
     return np.asarray(out, dtype=float) if isinstance(out, np.ndarray) else float(out)
 
 
-def q_map(act, q, sigma_w2, sigma_b2, dps=None):
-    """Variance map q -> sigma_w2 V(q) + sigma_b2."""
+def q_map(act: str | Activation, q: ArrayLike, sigma_w2: ArrayLike, sigma_b2: ArrayLike,
+          dps: int | None = None) -> NDArray[Any] | mpmath.mpf:
+    """Variance map q -> sigma_w2 V(q) + sigma_b2.
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    q : array_like
+        Variance of the layer's pre-activations (> 0).
+    sigma_w2, sigma_b2 : array_like
+        Weight and bias variances (>= 0); all arrays broadcast.
+    dps : int, optional
+        None for float64; N for mpmath numbers correct to N digits.
+
+    Returns
+    -------
+    ndarray or mpmath.mpf
+        The next layer's variance q'.
+
+    Examples
+    --------
+    >>> sf.q_map("relu", np.array([1.0, 2.0]), 2.0, 0.0)
+    array([1., 2.])
+    """
     K = kernel(act)
     dps = check.dps("q_map", dps)
     qv = _num("q_map", "q", q, dps, lo=0, lo_open=True)
@@ -141,8 +208,31 @@ def q_map(act, q, sigma_w2, sigma_b2, dps=None):
     return _combine(sw, sb, evaluate(K.V, (Q,), (qv,), K.kinks, dps), dps)
 
 
-def qab_map(act, q1, q2, q12, sigma_w2, sigma_b2, dps=None):
-    """Covariance map q12 -> sigma_w2 C(Q1, Q2, Q12) + sigma_b2."""
+def qab_map(act: str | Activation, q1: ArrayLike, q2: ArrayLike, q12: ArrayLike, sigma_w2: ArrayLike,
+            sigma_b2: ArrayLike, dps: int | None = None) -> NDArray[Any] | mpmath.mpf:
+    """Covariance map q12 -> sigma_w2 C(Q1, Q2, Q12) + sigma_b2.
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    q1, q2, q12 : array_like
+        The two inputs' variances (> 0) and covariance (q12^2 <= q1 q2).
+    sigma_w2, sigma_b2 : array_like
+        Weight and bias variances (>= 0); all arrays broadcast.
+    dps : int, optional
+        None for float64; N for mpmath numbers correct to N digits.
+
+    Returns
+    -------
+    ndarray or mpmath.mpf
+        The next layer's covariance q12'.
+
+    Examples
+    --------
+    >>> round(float(sf.qab_map("relu", 1.0, 1.0, 0.0, 2.0, 0.0)), 12)    # 2/(2 pi)
+    0.318309886184
+    """
     K = kernel(act)
     dps = check.dps("qab_map", dps)
     pair = _pair("qab_map", q1, q2, q12, dps, K.C)
@@ -151,8 +241,31 @@ def qab_map(act, q1, q2, q12, sigma_w2, sigma_b2, dps=None):
     return _combine(sw, sb, evaluate(K.C, (Q1, Q2, Q12), pair, K.kinks, dps), dps)
 
 
-def chi1(act, sigma_w2, sigma_b2, q=None, dps=None):
-    """chi1 = sigma_w2 E[sum_j (d psi/du_j)^2] at q (default: at the variance fixed point q*)."""
+def chi1(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, q: ArrayLike | None = None,
+         dps: int | None = None) -> NDArray[Any] | mpmath.mpf:
+    """chi1 = sigma_w2 E[sum_j (d psi/du_j)^2] at q (default: at the variance fixed point q*).
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    sigma_w2, sigma_b2 : array_like
+        Weight and bias variances (>= 0); arrays broadcast.
+    q : array_like, optional
+        The variance at which to evaluate (> 0); default q* (:func:`q_star`).
+    dps : int, optional
+        None for float64; N for mpmath numbers correct to N digits.
+
+    Returns
+    -------
+    ndarray or mpmath.mpf
+        chi1 = d q12'/d q12 at c = 1; the edge of chaos is chi1 = 1.
+
+    Examples
+    --------
+    >>> float(sf.chi1("relu", 2.0, 0.0, q=1.0))
+    1.0
+    """
     K = kernel(act)
     dps = check.dps("chi1", dps)
     sw = _num("chi1", "sigma_w2", sigma_w2, dps, lo=0)
@@ -163,13 +276,56 @@ def chi1(act, sigma_w2, sigma_b2, q=None, dps=None):
     return _combine(sw, 0, evaluate(K.dpsi2, (Q,), (qv,), K.kinks, dps), dps)
 
 
-def chi1_tilde(act, sigma_w2, sigma_b2, q, dps=None):
-    """d q12'/d q12 at c = 1 at the CURRENT q (used where q* does not exist)."""
+def chi1_tilde(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, q: ArrayLike,
+               dps: int | None = None) -> NDArray[Any] | mpmath.mpf:
+    """d q12'/d q12 at c = 1 at the CURRENT q (used where q* does not exist).
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    sigma_w2, sigma_b2 : array_like
+        Weight and bias variances (>= 0).
+    q : array_like
+        The current variance (> 0).
+    dps : int, optional
+        None for float64; N for mpmath numbers correct to N digits.
+
+    Returns
+    -------
+    ndarray or mpmath.mpf
+        ``chi1(act, sigma_w2, sigma_b2, q=q, dps=dps)``.
+
+    Examples
+    --------
+    >>> float(sf.chi1_tilde("relu", 2.0, 0.1, q=5.0))     # relu: sigma_w2/2 at every q
+    1.0
+    """
     return chi1(act, sigma_w2, sigma_b2, q=q, dps=dps)
 
 
-def q_growth(act, sigma_w2, dps=None):
-    """sigma_w2 V(q)/q: the per-layer growth of q for positively homogeneous psi at sigma_b2 = 0."""
+def q_growth(act: str | Activation, sigma_w2: ArrayLike, dps: int | None = None) -> NDArray[Any] | mpmath.mpf:
+    """sigma_w2 V(q)/q: the per-layer growth of q for positively homogeneous psi at sigma_b2 = 0.
+
+    Parameters
+    ----------
+    act : str or Activation
+        A positively homogeneous activation (psi(t u) = t psi(u), t > 0), else NotImplementedError.
+    sigma_w2 : array_like
+        Weight variance (>= 0).
+    dps : int, optional
+        None for float64; N for mpmath numbers correct to N digits.
+
+    Returns
+    -------
+    ndarray or mpmath.mpf
+        The factor q'/q = sigma_w2 V(1).
+
+    Examples
+    --------
+    >>> float(sf.q_growth("relu", 3.0))
+    1.5
+    """
     K = kernel(act)
     dps = check.dps("q_growth", dps)
     sw = _num("q_growth", "sigma_w2", sigma_w2, dps, lo=0)
@@ -180,8 +336,31 @@ def q_growth(act, sigma_w2, dps=None):
     return _combine(sw, 0, evaluate(K.V, (Q,), (1.0,), K.kinks, dps), dps)
 
 
-def map_value(act, name, *args, dps=None):
-    """Evaluate one kernel map by name ('V', 'C', 'mean', 'dpsi2', 'dC', 'dV') at (q) or (q1, q2, q12)."""
+def map_value(act: str | Activation, name: Literal["V", "C", "mean", "dpsi2", "dC", "dV"], *args: ArrayLike,
+              dps: int | None = None) -> NDArray[Any] | mpmath.mpf:
+    """Evaluate one kernel map by name ('V', 'C', 'mean', 'dpsi2', 'dC', 'dV') at (q) or (q1, q2, q12).
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    name : {'V', 'C', 'mean', 'dpsi2', 'dC', 'dV'}
+        The map (symfield.kernel's module docstring defines each).
+    *args : array_like
+        ``q`` for the one-input maps, ``q1, q2, q12`` for 'C' and 'dC'.
+    dps : int, optional
+        None for float64; N for mpmath numbers correct to N digits.
+
+    Returns
+    -------
+    ndarray or mpmath.mpf
+        The map's value.
+
+    Examples
+    --------
+    >>> float(sf.map_value("relu", "dpsi2", 1.0))     # E[relu'(u)^2] = 1/2
+    0.5
+    """
     K = kernel(act)
     if name not in MAPS:
         raise ValueError(f"The 'name' parameter of map_value must be one of {MAPS}. Got {name!r} instead.")

@@ -11,21 +11,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from symfield.core import validate as check
+from symfield.core.dataset import ToXarray
+from symfield.symbolic.activation import Activation
 from symfield.symbolic.kernel import kernel
 from symfield.theory.fixedpoint import PHASES, eoc_point, neutrality_line, phase_fields
 from symfield.theory.propagate import propagate
 
 
 @dataclass(frozen=True)
-class PhaseDiagram:
+class PhaseDiagram(ToXarray):
     """Fields have shape (len(sigma_w2), len(sigma_b2)); ``codes`` index PHASES.
 
     ``eoc`` and ``neutrality`` give sigma_w2 of those lines at each sigma_b2 (NaN where the
     line does not exist; positively homogeneous psi: the EOC is 1/E[psi'^2] at every sigma_b2).
     With ``depth`` set, ``c_depth``/``gamma_depth`` hold c and gamma at that layer (sf.propagate),
-    the finite-depth picture the paper plots."""
+    the finite-depth picture the paper plots. ``to_xarray()``: dims (sigma_w2, sigma_b2); ``codes``
+    carries CF flag_values/flag_meanings (the names of PHASES; -1 "failed" when present)."""
     act: str
     sigma_w2: np.ndarray
     sigma_b2: np.ndarray
@@ -48,6 +52,18 @@ class PhaseDiagram:
         names[self.codes < 0] = "failed"
         return names.astype(str)
 
+    def dataset_parts(self) -> dict:
+        """The arrays, coordinates, dims and parameters of :meth:`to_xarray` (for symfield.io.output.save)."""
+        names = ("codes", "q_star", "c_star", "gamma_star", "slope", "eoc", "neutrality")
+        data = {n: np.asarray(getattr(self, n)) for n in names}
+        if self.depth is not None:
+            data.update(c_depth=np.asarray(self.c_depth), gamma_depth=np.asarray(self.gamma_depth))
+        params = dict(act=self.act, eoc_tol=self.eoc_tol, depth=self.depth)
+        return dict(data=data, coords={"sigma_w2": self.sigma_w2, "sigma_b2": self.sigma_b2},
+                    dims={"eoc": ("sigma_b2",), "neutrality": ("sigma_b2",)}, params=params,
+                    phases=list(PHASES), var_attrs={"c_depth": {"long_name": f"correlation c at layer {self.depth}"},
+                                                    "gamma_depth": {"long_name": f"gamma at layer {self.depth}"}})
+
     def counts(self) -> dict:
         """Number of grid points per phase."""
         return {p: int(np.count_nonzero(self.codes == i)) for i, p in enumerate(PHASES)}
@@ -60,8 +76,32 @@ def _axis(name, v):
     return np.atleast_1d(arr).astype(float)
 
 
-def phase_diagram(act, sigma_w2, sigma_b2, depth=None, eoc_tol=1e-6) -> PhaseDiagram:
-    """Classify every point of the grid sigma_w2 x sigma_b2 (1-D axes) into the five phases."""
+def phase_diagram(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, depth: int | None = None,
+                  eoc_tol: float = 1e-6) -> PhaseDiagram:
+    """Classify every point of the grid sigma_w2 x sigma_b2 (1-D axes) into the five phases.
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    sigma_w2, sigma_b2 : array_like
+        1-D axes of weight and bias variances (>= 0); the grid is their outer product.
+    depth : int, optional
+        Also record c and gamma at this layer (``c_depth``, ``gamma_depth``).
+    eoc_tol : float
+        Edge-of-chaos band abs(chi1 - 1) <= eoc_tol (as in :func:`phase`).
+
+    Returns
+    -------
+    PhaseDiagram
+        ``codes`` into PHASES (``labels`` gives names), q*, c*, gamma*, slope on the grid, and the
+        ``eoc`` and ``neutrality`` lines over sigma_b2.
+
+    Examples
+    --------
+    >>> sf.phase_diagram("tanh", [1.5, 2.5], [0.05]).labels.ravel().tolist()
+    ['ordered-deep-prejudice', 'neutrality']
+    """
     K = kernel(act)
     sw_axis, sb_axis = _axis("sigma_w2", sigma_w2), _axis("sigma_b2", sigma_b2)
     tol = float(check.real("phase_diagram", "eoc_tol", eoc_tol, lo=0))

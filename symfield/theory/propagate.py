@@ -23,16 +23,19 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal
 from functools import cached_property
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from symfield.core import validate as check
+from symfield.core.dataset import ToXarray, grid_coords
 from symfield.numeric import codegen, tables
 from symfield.numeric.distance import rule as distance_rule
 from symfield.numeric.evaluate import evaluate
 from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
+from symfield.symbolic.activation import Activation
 from symfield.symbolic.kernel import kernel
 
 _F = "propagate"
@@ -49,7 +52,7 @@ STATUS = {OK: "ok", OVERFLOW: "q overflowed (later layers NaN)",
 
 
 @dataclass(frozen=True)
-class Propagation:
+class Propagation(ToXarray):
     """Per-layer q, q12, d (and qbb) on a grid; arrays have shape (len(layers), *grid_shape).
 
     Row i holds layer ``layers[i]`` (1-based; layer 1 is the linear layer). ``d = q_aa + q_bb - 2 q_ab``
@@ -61,6 +64,9 @@ class Propagation:
     ``method`` names the path that ran; ``error`` holds the certified per-step bounds of the table path
     (V relative, C against sqrt(V V), C_rel for odd psi; empty for closed forms and quadrature);
     ``params["distance"]`` names how D was evaluated and whether it is exact as c -> 1.
+    ``sigma_w2``, ``sigma_b2``: the grid's values (grid shape). ``to_xarray()``: an xarray.Dataset with
+    dims (layer, sigma_w2, sigma_b2) for an outer-product grid (a dim per varying axis; see
+    :func:`symfield.core.dataset.grid_coords`), ``status``/``last_finite`` over the grid only.
     """
     q: np.ndarray
     qab: np.ndarray
@@ -73,7 +79,24 @@ class Propagation:
     error: dict = field(default_factory=dict, repr=False)
     d: np.ndarray | None = None
     last_finite: np.ndarray | None = None
+    sigma_w2: np.ndarray | None = field(default=None, repr=False)
+    sigma_b2: np.ndarray | None = field(default=None, repr=False)
     STATUS: ClassVar[dict] = STATUS      # code -> meaning
+    STATUS_NAMES: ClassVar[tuple] = ("ok", "overflow", "domain", "underflow")   # flag_meanings of status
+
+    def dataset_parts(self) -> dict:
+        """The arrays, coordinates, dims and parameters of :meth:`to_xarray` (for symfield.io.output.save)."""
+        grid, coords, scalars = grid_coords(self.sigma_w2, self.sigma_b2)
+        names = ("q", "qab", "qbb", "d", "c", "one_minus_c", "gamma")
+        data = {n: np.asarray(getattr(self, n)) for n in names if getattr(self, n) is not None}
+        data.update(status=np.asarray(self.status), last_finite=np.asarray(self.last_finite))
+        dims = {n: ("layer",) + grid for n in names}
+        dims.update(status=grid, last_finite=grid)
+        params = {k: v for k, v in self.params.items() if v is None or isinstance(v, (bool, int, float, str))}
+        return dict(data=data, coords={"layer": np.asarray(self.layers), **coords}, dims=dims,
+                    params={**params, **scalars, "method": self.method},
+                    var_attrs={"status": {"flag_values": np.arange(4, dtype=self.status.dtype),
+                                          "flag_meanings": " ".join(self.STATUS_NAMES)}})
 
     @property
     def error_bound(self) -> float | None:
@@ -156,30 +179,80 @@ def _validate(sigma_w2, sigma_b2, depth, q0, qab0, layers, residual, qbb0, metho
     return depth, sw, sb, shape, qa0, qb0, qab, store, alpha
 
 
-def propagate(act, sigma_w2, sigma_b2, depth, q0=1.0, qab0=0.0, layers=None, residual=None, qbb0=None,
-              method="auto", d0=None):
+def _compute(K, method, general, steps, args):
+    """Run the recursion on the best path for K: generated code for closed forms, else a table (quadrature
+    for a tiny job or when the table is refused). (out, status, last, method name, error, info)."""
+    module, error, info = None, {}, {}
+    if K.closed_form:
+        try:
+            module = codegen.load(K)
+        except NotImplementedError:
+            module = None  # closed form outside the printer's allow-list: quadrature path below
+    if module is not None:
+        out, status, last = _run_numba(module, *args)
+        how = "numba-generated"
+        info["distance"] = _distance_note(K)
+    else:
+        T = None if method == "quadrature" else _table_for(K, general, steps, method)
+        if T is not None:
+            try:
+                out, status, last, n_quad = _run_table(K, T, *args)
+                how = "numba-table" + ("+numpy-quadrature" if n_quad else "")
+                error = T.error
+                eD = T.error.get("D", math.inf)
+                info = dict(table=T.describe(), table_path=T.info.get("path"), points_on_quadrature=n_quad,
+                            distance=(f"tabulated (relative error <= {eD:.1e})" if math.isfinite(eD) else
+                                      "plain difference V + V - 2C of the table; gamma loses digits once 1 - c < ~1e-8"))
+            except tables.TableError as err:   # the first build failed its accuracy checks: say so, use quadrature
+                T, info = None, dict(table_refused=str(err))
+        if T is None:
+            out, status, last = _run_numpy(K, *args)
+            how = "numpy-quadrature"
+            info["distance"] = _distance_note(K)
+    return out, status, last, how, error, info
+
+
+def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, depth: int, q0: float = 1.0,
+              qab0: float = 0.0, layers: ArrayLike | None = None, residual: float | None = None,
+              qbb0: float | None = None, method: Literal["auto", "table", "quadrature"] = "auto",
+              d0: float | None = None) -> Propagation:
     """Propagate q and q12 of two inputs through ``depth`` layers on a broadcast grid.
 
     Parameters
     ----------
-    act : activation or spec string.
-    sigma_w2, sigma_b2 : weight and bias VARIANCES, scalars or arrays broadcast to the grid.
-    depth : number of layers L >= 1; layer 1 is linear (docs/theory.md section 1).
-    q0, qab0, qbb0 : input variances and covariance (defaults: normalised, uncorrelated,
-        equal norms). With qbb0 != q0 the second input's variance has its own recursion
-        and ``.qbb`` is returned.
-    layers : layer indices (1..depth) to store; memory is grid x stored layers.
-    residual : alpha >= 0 for residual blocks q' = q + alpha^2 (sigma_w2 V(q) + sigma_b2).
-    d0 : the inputs' squared distance q0 + qbb0 - 2 qab0, for inputs too close for qab0 to resolve it
-        (then qab0 is set to (q0 + qbb0 - d0)/2); default computed from q0, qbb0, qab0.
-    method : "auto" (closed form -> generated code; else a table, or quadrature for a tiny job whose
-        table is not cached yet), "table" (a table whenever the activation has one) or "quadrature"
-        (the NumPy quadrature path; closed forms still run generated code).
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    sigma_w2, sigma_b2 : array_like
+        Weight and bias VARIANCES, scalars or arrays broadcast to the grid.
+    depth : int
+        Number of layers L >= 1; layer 1 is linear (docs/theory.md section 1).
+    q0, qab0, qbb0 : float
+        Input variances and covariance (defaults: normalised, uncorrelated, equal norms). With
+        qbb0 != q0 the second input's variance has its own recursion and ``.qbb`` is returned.
+    layers : array_like of int, optional
+        Layer indices (1..depth) to store; memory is grid x stored layers.
+    residual : float, optional
+        alpha >= 0 for residual blocks q' = q + alpha^2 (sigma_w2 V(q) + sigma_b2).
+    method : {'auto', 'table', 'quadrature'}
+        "auto": closed form -> generated code; else a table, or quadrature for a tiny job whose table
+        is not cached yet. "table": a table whenever there is one. "quadrature": NumPy quadrature
+        (closed forms still run generated code).
+    d0 : float, optional
+        The inputs' squared distance q0 + qbb0 - 2 qab0, for inputs too close for qab0 to resolve it
+        (then qab0 = (q0 + qbb0 - d0)/2).
 
-    Returns a :class:`Propagation` with ``.q``, ``.qab``, ``.qbb``, ``.d``, ``.c``, ``.one_minus_c``, ``.gamma``
-    of shape (len(layers), *grid_shape), ``.layers``, per-point ``.status`` (:data:`STATUS`) and
-    ``.last_finite``, ``.method`` ("numba-generated", "numba-table", "numba-table+numpy-quadrature" or
-    "numpy-quadrature") and ``.error`` / ``.error_bound`` (the table's certified per-step bounds).
+    Returns
+    -------
+    Propagation
+        ``.q``, ``.qab``, ``.qbb``, ``.d``, ``.c``, ``.one_minus_c``, ``.gamma`` of shape
+        ``(len(layers), *grid_shape)``, ``.layers``, per-point ``.status`` (:data:`STATUS`) and ``.last_finite``,
+        ``.method`` ("numba-generated", "numba-table", "numba-table+numpy-quadrature" or
+        "numpy-quadrature") and ``.error`` / ``.error_bound`` (the table's certified per-step bounds).
+
+    Examples
+    --------
+    >>> sf.propagate("relu", 2.0, 0.0, depth=3).c.round(6)      # c^(2) = 1/pi
+    array([0.      , 0.31831 , 0.493731])
     """
     depth, sw, sb, shape, qa0, qb0, qab, store, alpha = _validate(
         sigma_w2, sigma_b2, depth, q0, qab0, layers, residual, qbb0, method)
@@ -197,35 +270,7 @@ def propagate(act, sigma_w2, sigma_b2, depth, q0=1.0, qab0=0.0, layers=None, res
             check.fail(_F, "d0", f"a squared distance 0 <= d0 <= 2 (q0 + qbb0) = {2 * (qa0 + qb0)!r}", d0)
         qab = (qa0 + qb0 - d0) / 2
     args = (swf, sbf, qa0, qb0, qab, d0, depth, store, alpha2, alpha is not None, general)
-
-    module, error, info = None, {}, {}
-    if K.closed_form:
-        try:
-            module = codegen.load(K)
-        except NotImplementedError:
-            module = None  # closed form outside the printer's allow-list: quadrature path below
-    if module is not None:
-        out, status, last = _run_numba(module, *args)
-        how = "numba-generated"
-        info["distance"] = _distance_note(K)
-    else:
-        T = None if method == "quadrature" else _table_for(K, general, swf.size * max(depth - 1, 0), method)
-        if T is not None:
-            try:
-                out, status, last, n_quad = _run_table(K, T, *args)
-                how = "numba-table" + ("+numpy-quadrature" if n_quad else "")
-                error = T.error
-                eD = T.error.get("D", math.inf)
-                info = dict(table=T.describe(), table_path=T.info.get("path"), points_on_quadrature=n_quad,
-                            distance=(f"tabulated (relative error <= {eD:.1e})" if math.isfinite(eD) else
-                                      "plain difference V + V - 2C of the table; gamma loses digits once 1 - c < ~1e-8"))
-            except tables.TableError as err:   # the first build failed its accuracy checks: say so, use quadrature
-                T, info = None, dict(table_refused=str(err))
-        if T is None:
-            out, status, last = _run_numpy(K, *args)
-            how = "numpy-quadrature"
-            info["distance"] = _distance_note(K)
-
+    out, status, last, how, error, info = _compute(K, method, general, swf.size * max(depth - 1, 0), args)
     rows = (store.size,) + tuple(shape)
     out_qa, out_qb, out_qab, out_d = out
     return Propagation(
@@ -233,7 +278,8 @@ def propagate(act, sigma_w2, sigma_b2, depth, q0=1.0, qab0=0.0, layers=None, res
         qbb=out_qb.reshape(rows) if general else None,
         layers=store, status=status.reshape(shape), grid_shape=tuple(shape), method=how,
         params=dict(act=K.act.name, depth=depth, q0=qa0, qab0=qab, qbb0=qb0, d0=d0, residual=alpha, **info),
-        error=error, d=out_d.reshape(rows), last_finite=last.reshape(shape))
+        error=error, d=out_d.reshape(rows), last_finite=last.reshape(shape),
+        sigma_w2=swf.reshape(shape), sigma_b2=sbf.reshape(shape))
 
 
 def _distance_note(K):

@@ -70,22 +70,30 @@ def _sensitivity(act, sigma_w2, K, q0, alpha=None) -> np.ndarray:
     return out
 
 
-def width_gain(act, sigma_w2, sigma_b2, width, depth, q0=1.0, residual=None) -> WidthGain:
+def width_gain(act: str | Activation, sigma_w2: float, sigma_b2: float, width: int, depth: int, q0: float = 1.0,
+               residual: float | None = None) -> WidthGain:
     """The sigma_w2 for which E[Ghat_aa^(depth)] at ``width`` equals K^(depth)(sigma_w2, sigma_b2), to O(1/n).
 
     Parameters
     ----------
-    act : activation (pools included).
-    sigma_w2, sigma_b2 : the infinite-width weight and bias variances aimed at.
-    width : hidden width n (>= 1).
-    depth : the layer whose mean variance is matched (>= 1; row convention of sf.finite_width).
-    q0 : input norm |x|^2/n0 (> 0).
-    residual : None, or alpha > 0 for residual blocks z + alpha (W phi(z) + b); K1 then comes from
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    sigma_w2, sigma_b2 : float
+        The infinite-width weight and bias variances aimed at.
+    width : int
+        Hidden width n (>= 1).
+    depth : int
+        The layer whose mean variance is matched (>= 1; row convention of sf.finite_width).
+    q0 : float
+        Input norm x.x/n0 (> 0).
+    residual : float, optional
+        None, or alpha > 0 for residual blocks z + alpha (W phi(z) + b); K1 then comes from
         sf.gram_fluctuations(..., residual=alpha) and is not zero for ReLU (a node's own feedback).
 
     Returns
     -------
-    WidthGain with ``sigma_w2`` (corrected), ``gain``, ``std(fan_in)`` and ``relative``.
+    WidthGain
+        ``sigma_w2`` (corrected), ``gain``, ``std(fan_in)`` and ``relative``.
 
     Examples
     --------

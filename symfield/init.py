@@ -1,0 +1,568 @@
+"""Edge-of-chaos initialisers for JAX/Flax and PyTorch, neural-tangents conversions, and a diagnosis
+of recorded pre-activations against the mean-field theory (docs/theory.md sections 2, 5, 9, 10).
+
+A fan-in initialiser draws W_ij with variance sigma_w2/fan_in and b_i with variance sigma_b2, so the
+pre-activations of a wide network follow q' = sigma_w2 E[phi(sqrt(q) z)^2] + sigma_b2. The edge of
+chaos (EOC) is chi1 = sigma_w2 E[phi'(sqrt(q*) z)^2] = 1 at the fixed point q*; ``gain`` is
+sqrt(sigma_w2) there, so the weight standard deviation is gain/sqrt(fan_in).
+
+Frameworks are imported lazily: ``jax`` only inside :func:`jax`/:func:`jax_bias`, ``torch`` only
+inside :func:`torch_`/:func:`record_torch`; neither is a dependency of symfield.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from symfield.core import validate as check
+from symfield.simulate import finite_data_gamma
+from symfield.symbolic.activation import Activation, activation
+from symfield.theory.finite_width import finite_width
+from symfield.theory.fixedpoint import eoc
+from symfield.theory.gram import gram_fluctuations
+from symfield.theory.maps import q_map
+from symfield.theory.propagate import propagate
+from symfield.theory.width_gain import width_gain
+
+DISTRIBUTIONS = ("normal", "uniform", "truncated_normal")
+TRUNCATION = 2.0   # truncated normals are cut at +-2 standard deviations of the untruncated normal
+
+
+def truncated_variance(a: float = TRUNCATION) -> float:
+    """Variance of a standard normal truncated to (-a, a): 1 - 2 a phi(a)/(2 Phi(a) - 1).
+
+    Exact via math.erf; at a = 2 it is 0.7737413... (sqrt 0.8796256610..., the constant JAX's
+    ``variance_scaling(..., "truncated_normal")`` divides by)."""
+    a = float(check.real("init.truncated_variance", "a", a, lo=0, lo_open=True))
+    pdf = math.exp(-a * a / 2) / math.sqrt(2 * math.pi)
+    return 1 - 2 * a * pdf / math.erf(a / math.sqrt(2))
+
+
+def _act(act):
+    return act if isinstance(act, Activation) else activation(act)
+
+
+def _warn_if_not_reached(A, e, q0):
+    """RuntimeWarning when the recursion from q^(1) = q0 does not approach the EOC fixed point q*."""
+    qs = float(e.q_star)
+    if not e.stable:
+        why = f"q* = {qs:.6g} is unstable (q_slope = {e.q_slope:.6g} > 1)"
+    elif math.isfinite(qs) and not e.note:
+        step = float(q_map(A, q0, float(e.sigma_w2), float(e.sigma_b2))) - q0
+        if not step * (q0 - qs) > 0:
+            return
+        why = f"from q = {q0:g} the variance map moves away from q* = {qs:.6g} (marginal fixed point)"
+    else:
+        return
+    warnings.warn(f"init.gain: {A.name} at sigma_b2 = {float(e.sigma_b2):g}: chi1(q*) = 1 holds, but {why}; "
+                  "a deep network started at q0 does not sit at the edge of chaos.", RuntimeWarning, stacklevel=3)
+
+
+def gain(act, sigma_b2=0.0, width=None, depth=None, residual=None, q0=1.0) -> float:
+    """sqrt(sigma_w2) on the edge of chaos at ``sigma_b2``: weights ~ N(0, gain^2/fan_in).
+
+    sigma_w2 solves chi1 = sigma_w2 E[phi'(sqrt(q*) z)^2] = 1 with q* = sigma_w2 E[phi(sqrt(q*) z)^2]
+    + sigma_b2 (``sf.eoc``, exact root finding on the package's certified maps).
+
+    - Positively homogeneous phi (relu family): E[phi'^2] does not depend on q, so
+      gain = 1/sqrt(E[phi'^2]) at every sigma_b2: relu sqrt(2); leaky_relu(a) sqrt(2/(1 + a^2)).
+    - phi(0) = 0 and sigma_b2 = 0: q* = 0 and gain = 1/|phi'(0)|: tanh 1 (not torch's 5/3),
+      gelu 2 (phi'(0) = 1/2). x*erf(x) has phi'(0) = 0 and so no EOC at sigma_b2 = 0 (ValueError).
+    - otherwise numeric: tanh at sigma_b2 = 0.05 gives sigma_w2 = 1.76095..., gain 1.32701...
+
+    A RuntimeWarning says when chi1(q*) = 1 holds at a q* the network does not reach from ``q0``
+    (unstable q*, e.g. x*erf(x) at sigma_b2 = 0.05; or marginal q* = 0 left from above, e.g. gelu
+    at sigma_b2 = 0, where q grows from q0 = 1).
+
+    Parameters
+    ----------
+    act : str or Activation
+        Activation, e.g. "relu", "tanh", "leaky_relu(0.2)", "gelu", "x*erf(x)".
+    sigma_b2 : float
+        Bias variance (>= 0).
+    width, depth : int, optional
+        Give both to apply the width-aware correction (``sf.width_gain``): the sigma_w2 whose
+        width-n mean variance at layer ``depth`` equals the infinite-width EOC value, to O(1/n^2).
+    residual : float, optional
+        alpha of residual blocks z + alpha (W phi(z) + b), for the width correction only.
+    q0 : float
+        Input norm |x|^2/n0 (used by the width correction and the reachability warning).
+
+    Returns
+    -------
+    float
+        gain = sqrt(sigma_w2).
+
+    Examples
+    --------
+    >>> gain("relu")  # sqrt(2)
+    1.4142135623730951
+    >>> round(gain("tanh", sigma_b2=0.05), 7)
+    1.3270097
+    """
+    A = _act(act)
+    sb = float(check.real("init.gain", "sigma_b2", sigma_b2, lo=0))
+    q0 = float(check.real("init.gain", "q0", q0, lo=0, lo_open=True))
+    if (width is None) != (depth is None):
+        missing = "depth" if depth is None else "width"
+        raise ValueError(f"init.gain: the width correction needs both width and depth; '{missing}' is missing.")
+    if residual is not None and width is None:
+        raise ValueError("init.gain: 'residual' only enters the width correction; pass width and depth too.")
+    e = eoc(A, sb)
+    sw = float(e.sigma_w2)
+    _warn_if_not_reached(A, e, q0)
+    if width is not None:
+        sw = width_gain(A, sw, sb, width, depth, q0=q0, residual=residual).sigma_w2
+    return math.sqrt(sw)
+
+
+def std(act, fan_in, distribution="normal", sigma_b2=0.0, width=None, depth=None, **kw) -> float:
+    """The parameter of the weight distribution that gives Var W = gain^2/fan_in.
+
+    Parameters
+    ----------
+    act : str or Activation
+    fan_in : int
+        Inputs per unit (Dense: in_features; conv: in_channels/groups * prod(kernel_size)).
+    distribution : {"normal", "uniform", "truncated_normal"}
+        What is returned:
+
+        - "normal": the standard deviation gain/sqrt(fan_in);
+        - "uniform": the BOUND a of U(-a, a), a = sqrt(3) * gain/sqrt(fan_in) (Var U = a^2/3);
+        - "truncated_normal": the standard deviation s of the UNtruncated normal which, cut at
+          +-2 s (the convention of ``jax.random.truncated_normal(key, -2, 2)`` and of
+          ``jax.nn.initializers.variance_scaling``), has variance gain^2/fan_in:
+          s = gain/sqrt(fan_in)/sqrt(v), v = 1 - 4 phi(2)/erf(sqrt 2) = 0.77374... Pass it as
+          ``jax.nn.initializers.truncated_normal(s)`` or ``torch.nn.init.trunc_normal_(w, std=s,
+          a=-2*s, b=2*s)`` (torch's a, b are absolute bounds, not multiples of std).
+    sigma_b2, width, depth, **kw
+        As in :func:`gain`.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> round(std("relu", 512), 6)
+    0.0625
+    >>> round(std("relu", 512, "uniform"), 6)
+    0.108253
+    """
+    fan_in = check.integer("init.std", "fan_in", fan_in, lo=1)
+    if distribution not in DISTRIBUTIONS:
+        raise ValueError(f"The 'distribution' parameter of init.std must be one of {DISTRIBUTIONS}. "
+                         f"Got {distribution!r} instead.")
+    s = gain(act, sigma_b2, width, depth, **kw) / math.sqrt(fan_in)
+    return _scale(s, distribution)
+
+
+def _scale(s, distribution):
+    if distribution == "uniform":
+        return math.sqrt(3) * s
+    if distribution == "truncated_normal":
+        return s / math.sqrt(truncated_variance(TRUNCATION))
+    return s
+
+
+def bias_std(sigma_b2) -> float:
+    """Standard deviation of the biases, sqrt(sigma_b2) (b ~ N(0, sigma_b2), no fan-in scaling).
+
+    Examples
+    --------
+    >>> bias_std(0.04)
+    0.2
+    """
+    return math.sqrt(float(check.real("init.bias_std", "sigma_b2", sigma_b2, lo=0)))
+
+
+class NTStd(NamedTuple):
+    """neural-tangents parameters: standard deviations, W ~ N(0, W_std^2/fan_in), b ~ N(0, b_std^2)."""
+    W_std: float
+    b_std: float
+
+
+class Variances(NamedTuple):
+    """symfield parameters: variances."""
+    sigma_w2: float
+    sigma_b2: float
+
+
+def to_nt(sigma_w2, sigma_b2=0.0) -> NTStd:
+    """(W_std, b_std) = (sqrt(sigma_w2), sqrt(sigma_b2)) for ``neural_tangents.stax.Dense(W_std=, b_std=)``.
+
+    symfield speaks variances, neural-tangents standard deviations; the result is a named tuple so
+    the square root cannot be lost silently. Negative input raises a ValueError naming the parameter.
+
+    Examples
+    --------
+    >>> to_nt(2.0, 0.01)
+    NTStd(W_std=1.4142135623730951, b_std=0.1)
+    """
+    sw = float(check.real("init.to_nt", "sigma_w2", sigma_w2, lo=0))
+    sb = float(check.real("init.to_nt", "sigma_b2", sigma_b2, lo=0))
+    return NTStd(math.sqrt(sw), math.sqrt(sb))
+
+
+def from_nt(W_std, b_std=0.0) -> Variances:
+    """(sigma_w2, sigma_b2) = (W_std^2, b_std^2) from neural-tangents standard deviations.
+
+    A negative W_std or b_std raises (a standard deviation is >= 0; a negative one usually means a
+    variance or a log-scale value was passed).
+
+    Examples
+    --------
+    >>> from_nt(1.5, 0.1)
+    Variances(sigma_w2=2.25, sigma_b2=0.010000000000000002)
+    """
+    w = float(check.real("init.from_nt", "W_std", W_std, lo=0))
+    b = float(check.real("init.from_nt", "b_std", b_std, lo=0))
+    return Variances(w * w, b * b)
+
+
+# ---------------------------------------------------------------- JAX / Flax
+def kernel_fan_in(shape) -> int:
+    """fan_in of a Flax/JAX kernel: prod(shape[:-1]) (Dense (in, out): in; conv HWIO: H*W*I)."""
+    shape = tuple(int(s) for s in shape)
+    if len(shape) < 2:
+        raise ValueError(f"The 'shape' parameter of init.jax must have at least 2 axes (kernel, out last). "
+                         f"Got {shape!r} instead; use init.jax_bias for biases.")
+    return math.prod(shape[:-1])
+
+
+def jax(act, sigma_b2=0.0, distribution="normal", width=None, depth=None, **kw):
+    """A ``jax.nn.initializers``-style initializer ``init(key, shape, dtype=jnp.float32)`` on the EOC.
+
+    fan_in = prod(shape[:-1]) (Flax conventions: Dense kernel (in, out), Conv kernel HWIO), and
+    Var W = gain(act, sigma_b2, ...)^2/fan_in for every distribution ("uniform": U(-a, a) with
+    a = sqrt(3) std; "truncated_normal": cut at +-2 sd of the untruncated normal, see :func:`std`).
+
+    Parameters
+    ----------
+    act, sigma_b2, width, depth, **kw
+        As in :func:`gain`.
+    distribution : {"normal", "uniform", "truncated_normal"}
+
+    Returns
+    -------
+    callable
+        init(key, shape, dtype=jnp.float32) -> jax.Array.
+
+    Examples
+    --------
+    >>> import flax.linen as nn                                      # doctest: +SKIP
+    >>> layer = nn.Dense(512, kernel_init=jax("tanh", sigma_b2=0.05),
+    ...                  bias_init=jax_bias(0.05))                   # doctest: +SKIP
+    """
+    import jax as jx
+    import jax.numpy as jnp
+    if distribution not in DISTRIBUTIONS:
+        raise ValueError(f"The 'distribution' parameter of init.jax must be one of {DISTRIBUTIONS}. "
+                         f"Got {distribution!r} instead.")
+    g = gain(act, sigma_b2, width, depth, **kw)
+
+    def init(key, shape, dtype=jnp.float32):
+        s = _scale(g / math.sqrt(kernel_fan_in(shape)), distribution)
+        if distribution == "uniform":
+            return jx.random.uniform(key, shape, dtype, -1.0, 1.0) * jnp.asarray(s, dtype)
+        if distribution == "truncated_normal":
+            return jx.random.truncated_normal(key, -TRUNCATION, TRUNCATION, shape, dtype) * jnp.asarray(s, dtype)
+        return jx.random.normal(key, shape, dtype) * jnp.asarray(s, dtype)
+
+    init.gain = g
+    return init
+
+
+def jax_bias(sigma_b2):
+    """A ``jax.nn.initializers``-style bias initializer: b ~ N(0, sigma_b2) (zeros when sigma_b2 = 0)."""
+    import jax as jx
+    import jax.numpy as jnp
+    s = bias_std(sigma_b2)
+
+    def init(key, shape, dtype=jnp.float32):
+        return jx.random.normal(key, shape, dtype) * jnp.asarray(s, dtype)
+
+    return init
+
+
+# ---------------------------------------------------------------- PyTorch
+def torch_fan_in(module_or_tensor) -> int:
+    """fan_in of a torch Linear/Conv module (in_channels/groups * prod(kernel_size)) or of a bare
+    weight tensor (out, in, *kernel): shape[1] * prod(shape[2:])."""
+    m = module_or_tensor
+    if hasattr(m, "in_features"):
+        return int(m.in_features)
+    if hasattr(m, "in_channels") and hasattr(m, "kernel_size"):
+        if getattr(m, "transposed", False):
+            raise NotImplementedError("init.torch_: ConvTranspose layers have a stride-dependent fan-in; "
+                                      "initialise their weight tensor with an explicit init.std(act, fan_in).")
+        return int(m.in_channels // m.groups * math.prod(m.kernel_size))
+    shape = tuple(m.shape)
+    if len(shape) < 2:
+        raise ValueError(f"init.torch_: a bare tensor needs at least 2 axes (out, in, *kernel); got shape {shape}.")
+    return int(shape[1] * math.prod(shape[2:]))
+
+
+def torch_(module_or_tensor, act, sigma_b2=0.0, distribution="normal", width=None, depth=None, **kw):
+    """Initialise in place a torch Linear/Conv module (weight and bias) or a bare weight tensor.
+
+    Var W = gain^2/fan_in (:func:`torch_fan_in`); the bias, if any, ~ N(0, sigma_b2). "uniform":
+    U(-a, a), a = sqrt(3) std; "truncated_normal": ``trunc_normal_(std=s, a=-2 s, b=2 s)`` with s
+    from :func:`std`. Returns the module or tensor.
+
+    Examples
+    --------
+    >>> import torch                                                  # doctest: +SKIP
+    >>> layer = torch_(torch.nn.Linear(256, 256), "tanh", sigma_b2=0.05)   # doctest: +SKIP
+    """
+    import torch
+    if distribution not in DISTRIBUTIONS:
+        raise ValueError(f"The 'distribution' parameter of init.torch_ must be one of {DISTRIBUTIONS}. "
+                         f"Got {distribution!r} instead.")
+    is_module = isinstance(module_or_tensor, torch.nn.Module)
+    weight = module_or_tensor.weight if is_module else module_or_tensor
+    s = _scale(gain(act, sigma_b2, width, depth, **kw) / math.sqrt(torch_fan_in(module_or_tensor)), distribution)
+    with torch.no_grad():
+        if distribution == "uniform":
+            torch.nn.init.uniform_(weight, -s, s)
+        elif distribution == "truncated_normal":
+            torch.nn.init.trunc_normal_(weight, 0.0, s, -TRUNCATION * s, TRUNCATION * s)
+        else:
+            torch.nn.init.normal_(weight, 0.0, s)
+        bias = getattr(module_or_tensor, "bias", None) if is_module else None
+        if bias is not None:
+            torch.nn.init.normal_(bias, 0.0, bias_std(sigma_b2))
+    return module_or_tensor
+
+
+@contextlib.contextmanager
+def record_torch(model, types=None):
+    """Context manager recording the outputs (pre-activations) of every Linear/Conv module of ``model``.
+
+    Yields a list that, after the forward pass, holds one numpy array per call, shape (batch, -1), in
+    call order; pass it to :func:`diagnose`. The hooks are removed on exit.
+
+    Examples
+    --------
+    >>> with record_torch(model) as acts:                              # doctest: +SKIP
+    ...     model(x)
+    >>> print(diagnose(acts, "tanh", 1.76, 0.05))                      # doctest: +SKIP
+    """
+    import torch
+    types = types or (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+    out, handles = [], []
+
+    def hook(mod, inputs, output):
+        out.append(output.detach().reshape(output.shape[0], -1).cpu().double().numpy())
+
+    for mod in model.modules():
+        if isinstance(mod, types):
+            handles.append(mod.register_forward_hook(hook))
+    try:
+        yield out
+    finally:
+        for h in handles:
+            h.remove()
+
+
+# ---------------------------------------------------------------- diagnosis
+@dataclass(frozen=True)
+class Diagnosis:
+    """Measured per-layer statistics against the mean-field theory; arrays of shape (depth,).
+
+    ``q``, ``c``, ``gamma``: measured (q = mean_a |h_a|^2/n; c = mean over pairs a < b of
+    Q_ab/sqrt(Q_aa Q_bb), Q = H H^T/n; gamma = Vtilde/V, the estimator of ``sf.simulate``).
+    ``*_theory``: infinite width (``sf.propagate``; gamma by ``sf.finite_data_gamma`` at P inputs).
+    ``*_mean``, ``*_sd``: the width-n mean and standard deviation (``sf.finite_width`` for one input,
+    ``sf.gram_fluctuations`` for several; NaN where not available). ``*_flag``: outside mean +- z sd.
+    """
+    layers: np.ndarray
+    q: np.ndarray
+    c: np.ndarray
+    gamma: np.ndarray
+    q_theory: np.ndarray
+    c_theory: np.ndarray
+    gamma_theory: np.ndarray
+    q_mean: np.ndarray
+    q_sd: np.ndarray
+    c_mean: np.ndarray
+    c_sd: np.ndarray
+    gamma_mean: np.ndarray
+    gamma_sd: np.ndarray
+    z: float = 2.0
+    params: dict = field(default_factory=dict)
+    note: str = ""
+
+    def _flag(self, x, mean, sd):
+        with np.errstate(invalid="ignore"):
+            return np.abs(x - mean) > self.z * sd
+
+    @property
+    def q_flag(self):
+        return self._flag(self.q, self.q_mean, self.q_sd)
+
+    @property
+    def c_flag(self):
+        return self._flag(self.c, self.c_mean, self.c_sd)
+
+    @property
+    def gamma_flag(self):
+        return self._flag(self.gamma, self.gamma_mean, self.gamma_sd)
+
+    @property
+    def flags(self):
+        """Per layer: True where q, c or gamma lies outside its band."""
+        return self.q_flag | self.c_flag | self.gamma_flag
+
+    @property
+    def ok(self) -> bool:
+        return not self.flags.any()
+
+    def table(self) -> str:
+        """A per-layer table: measured, infinite-width theory, width-n band, and a flag column."""
+        p = self.params
+        head = (f"diagnose: {p['act']}, sigma_w2={p['sigma_w2']:g}, sigma_b2={p['sigma_b2']:g}, width={p['width']}, "
+                f"{p['n_inputs']} inputs, q0={p['q0']:.6g}, qab0={p['qab0']:.6g}; band = width-{p['width']} "
+                f"mean +- {self.z:g} sd")
+
+        def cell(x, t, m, s, f):
+            band = "" if not np.isfinite(s) else f"[{m - self.z * s:.4g}, {m + self.z * s:.4g}]"
+            return f"{x:9.4g} {t:9.4g} {band:>21}{'*' if f else ' '}"
+
+        cols = f"{'layer':>5} | {'q':>9} {'theory':>9} {'band':>21}  | {'c':>9} {'theory':>9} {'band':>21}  |" \
+               f" {'gamma':>9} {'theory':>9} {'band':>21}  | flag"
+        rows = [head, cols, "-" * len(cols)]
+        for i, l in enumerate(self.layers):
+            rows.append(f"{l:>5} | " + cell(self.q[i], self.q_theory[i], self.q_mean[i], self.q_sd[i], self.q_flag[i])
+                        + " | " + cell(self.c[i], self.c_theory[i], self.c_mean[i], self.c_sd[i], self.c_flag[i])
+                        + " | " + cell(self.gamma[i], self.gamma_theory[i], self.gamma_mean[i], self.gamma_sd[i],
+                                       self.gamma_flag[i])
+                        + " | " + ("OUTSIDE" if self.flags[i] else "ok"))
+        rows.append(f"{int(self.flags.sum())} of {len(self.layers)} layers outside the band (* marks the statistic)."
+                    + (f" {self.note}" if self.note else ""))
+        return "\n".join(rows)
+
+    __str__ = table
+
+
+def _measure(H):
+    """(q, c, gamma) of one layer's pre-activations H (P, n)."""
+    P, n = H.shape
+    Q = H @ H.T / n
+    q = float(np.trace(Q) / P)
+    if P < 2:
+        return q, math.nan, math.nan, math.nan
+    i, j = np.triu_indices(P, 1)
+    d = np.diag(Q)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = float(np.mean(Q[i, j] / np.sqrt(d[i] * d[j])))
+        gamma = float(H.mean(axis=0).var() / H.var(axis=0).mean())
+    return q, c, gamma, float(Q[i, j].mean())
+
+
+def _bands(A, sw, sb, depth, q0, qab0, P, n, residual, bands):
+    """Width-n means and sds of (q, c, gamma); NaN arrays (and a note) where the theory is not available."""
+    nan = np.full(depth, np.nan)
+    if not bands:
+        return (nan,) * 6, "bands=False: no finite-width bands."
+    try:
+        if P == 1 and residual is None:
+            fw = finite_width(A, sw, sb, depth, q0)
+            return (fw.G(n), np.sqrt((2 * fw.K**2 + fw.V) / n), nan, nan, nan, nan), ""
+        g = gram_fluctuations(A, sw, sb, depth, q0=(q0, q0, qab0), residual=residual)
+    except (NotImplementedError, ArithmeticError, ValueError) as exc:
+        return (nan,) * 6, f"no finite-width bands: {exc}"
+    m, cov = g.mean(n), g.gram_cov
+    q_mean = m[:, 0]
+    q_sd = np.sqrt((cov[:, 0, 0] + (P - 1) * cov[:, 0, 1]) / (P * n))    # mean of P exchangeable q_aa
+    if P == 1:
+        return (q_mean, q_sd, nan, nan, nan, nan), ""
+    c_mean, c_sd = g.c_mean(n), np.sqrt(g.c_var(n))                      # one pair: bounds the pair mean's sd
+    gamma_mean = finite_data_gamma(q_mean, m[:, 2], P)[2]
+    gamma_sd = P / ((P - 1) * (1 - c_mean) ** 2) * c_sd                 # delta method, d gamma/dc
+    return (q_mean, q_sd, c_mean, c_sd, gamma_mean, gamma_sd), ""
+
+
+def diagnose(activations, act, sigma_w2, sigma_b2, width=None, q0=None, qab0=None, residual=None,
+             z=2.0, bands=True) -> Diagnosis:
+    """Compare pre-activations recorded from any framework with the mean-field theory, layer by layer.
+
+    Parameters
+    ----------
+    activations : sequence of array-likes
+        One per layer, shape (n_inputs, width) (trailing axes are flattened), the pre-activations
+        h = W x + b of consecutive layers; ``activations[0]`` is layer 1, the linear layer of
+        ``sf.propagate``. Same inputs in every layer; the theory assumes inputs of (about) equal norm
+        and pairwise correlation.
+    act, sigma_w2, sigma_b2 : the activation and variances the network was initialised with.
+    width : int, optional
+        n of the bands; default the most common width of the recorded layers.
+    q0, qab0 : float, optional
+        Input norm |x|^2/n0 and mean input overlap x_a.x_b/n0; by default from layer 1's measurement,
+        q0 = (q^(1) - sigma_b2)/sigma_w2 (so layer 1 agrees by construction).
+    residual : float, optional
+        alpha of residual blocks, passed to the theory.
+    z : float
+        Band half-width in standard deviations (default 2).
+    bands : bool
+        False skips the finite-width theory (``sf.gram_fluctuations`` takes ~20 s for tanh).
+
+    Returns
+    -------
+    Diagnosis
+        Arrays per layer, ``flags``, ``ok`` and ``table()`` (also ``str()``).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((4, 256))
+    >>> hs, h = [], X
+    >>> for l in range(3):
+    ...     h = (np.maximum(h, 0) if l else h) @ rng.standard_normal((256, 256)) * std("relu", 256)
+    ...     hs.append(h)
+    >>> diagnose(hs, "relu", 2.0, 0.0).ok
+    True
+    """
+    F = "init.diagnose"
+    sw = float(check.real(F, "sigma_w2", sigma_w2, lo=0, lo_open=True))
+    sb = float(check.real(F, "sigma_b2", sigma_b2, lo=0))
+    z = float(check.real(F, "z", z, lo=0, lo_open=True))
+    A = _act(act)
+    if isinstance(activations, np.ndarray) and activations.ndim == 2:
+        activations = [activations]
+    Hs = [np.asarray(h, dtype=float) for h in activations]
+    if not Hs:
+        raise ValueError(f"The 'activations' parameter of {F} must hold at least one layer. Got [] instead.")
+    P = Hs[0].shape[0] if Hs[0].ndim else 0
+    if any(h.ndim < 2 or h.shape[0] != P for h in Hs) or P < 1:
+        raise ValueError(f"The 'activations' parameter of {F} must be arrays of shape (n_inputs, width) with the "
+                         f"same n_inputs. Got shapes {[h.shape for h in Hs]} instead.")
+    Hs = [h.reshape(P, -1) for h in Hs]
+    n = Counter(h.shape[1] for h in Hs).most_common(1)[0][0] if width is None else width
+    n = check.integer(F, "width", n, lo=1)
+    meas = np.array([_measure(h) for h in Hs])
+    depth = len(Hs)
+    q0 = (meas[0, 0] - sb) / sw if q0 is None else float(check.real(F, "q0", q0, lo=0, lo_open=True))
+    if qab0 is None:
+        qab0 = (meas[0, 3] - sb) / sw if P > 1 else 0.0
+    qab0 = float(check.real(F, "qab0", qab0))
+    if not q0 > 0 or abs(qab0) > q0:
+        raise ValueError(f"{F}: layer 1 implies q0 = {q0:.6g}, qab0 = {qab0:.6g} (not a covariance); "
+                         "pass q0 and qab0, or check sigma_w2 and sigma_b2.")
+    p = propagate(A, sw, sb, depth, q0=q0, qab0=qab0, residual=residual)
+    qt, qabt = np.asarray(p.q, float).reshape(depth), np.asarray(p.qab, float).reshape(depth)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ct = qabt / qt if P > 1 else np.full(depth, np.nan)
+        gt = finite_data_gamma(qt, qabt, P)[2] if P > 1 else np.full(depth, np.nan)
+        (qm, qsd, cm, csd, gm, gsd), note = _bands(A, sw, sb, depth, q0, qab0, P, n, residual, bands)
+    return Diagnosis(layers=np.arange(1, depth + 1), q=meas[:, 0], c=meas[:, 1], gamma=meas[:, 2],
+                     q_theory=qt, c_theory=ct, gamma_theory=gt, q_mean=qm, q_sd=qsd, c_mean=cm, c_sd=csd,
+                     gamma_mean=gm, gamma_sd=gsd, z=z, note=note,
+                     params=dict(act=A.name, sigma_w2=sw, sigma_b2=sb, width=n, n_inputs=P, q0=q0, qab0=qab0,
+                                 residual=residual))

@@ -1,0 +1,242 @@
+"""sf.init: edge-of-chaos gains against independent oracles (closed forms, mpmath quadrature), the
+JAX/Flax and PyTorch initialisers measured on real kernels, neural-tangents conversions, and
+diagnose on recorded forward passes (docs/theory.md sections 2, 5, 9, 10)."""
+import math
+import subprocess
+import sys
+import warnings
+
+import mpmath
+import numpy as np
+import pytest
+
+import symfield as sf
+
+TANH_SB = 0.05
+
+
+# ---------------------------------------------------------------- gains
+def test_relu_gain_is_sqrt2_exactly():
+    assert sf.init.gain("relu") == math.sqrt(2)
+    assert sf.init.gain("relu", sigma_b2=0.3) == math.sqrt(2)   # homogeneous: same at every sigma_b2
+
+
+@pytest.mark.parametrize("a", [0.0, 0.01, 0.2, 0.5])
+def test_leaky_relu_gain_formula(a):
+    assert sf.init.gain(f"leaky_relu({a})") ** 2 == pytest.approx(2 / (1 + a * a), rel=1e-14)
+
+
+def test_tanh_gain_at_zero_bias_is_one():
+    # q* = 0 and tanh'(0) = 1: chi1 = sigma_w2 E[tanh'(0)^2] = sigma_w2 = 1 (torch's calculate_gain says 5/3)
+    assert sf.init.gain("tanh", 0.0) == 1.0
+
+
+def test_tanh_gain_satisfies_chi1_by_mpmath():
+    sw = sf.init.gain("tanh", TANH_SB) ** 2
+    with mpmath.workdps(30):
+        def E(f, q):
+            s = mpmath.sqrt(q)
+            return mpmath.quad(lambda z: f(s * z) * mpmath.exp(-z * z / 2), [-mpmath.inf, 0, mpmath.inf]) \
+                / mpmath.sqrt(2 * mpmath.pi)
+        qs = mpmath.findroot(lambda q: sw * E(lambda x: mpmath.tanh(x) ** 2, q) + TANH_SB - q, 0.5)
+        chi1 = sw * E(lambda x: mpmath.sech(x) ** 4, qs)
+    assert float(qs) == pytest.approx(0.5700478816, rel=1e-8)
+    assert float(chi1) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_gelu_is_reported_honestly():
+    with pytest.warns(RuntimeWarning, match="moves away from q\\* = 0"):
+        assert sf.init.gain("gelu", 0.0) == 2.0            # 1/gelu'(0), gelu'(0) = 1/2
+
+
+@pytest.mark.slow
+def test_xerf_is_reported_honestly():
+    with pytest.warns(RuntimeWarning, match="unstable"):
+        sf.init.gain("x*erf(x)", 0.05)
+    with pytest.raises(ValueError, match="no edge of chaos"):
+        sf.init.gain("x*erf(x)", 0.0)                      # phi'(0) = 0
+
+
+def test_width_correction_matches_width_gain():
+    g = sf.init.gain("tanh", TANH_SB, width=64, depth=10)
+    assert g ** 2 == pytest.approx(sf.width_gain("tanh", sf.init.gain("tanh", TANH_SB) ** 2, TANH_SB, 64, 10).sigma_w2,
+                                   rel=1e-14)
+    assert g != sf.init.gain("tanh", TANH_SB)
+    assert sf.init.gain("relu", 0.0, width=64, depth=10) == math.sqrt(2)      # K1 = 0 for relu
+
+
+# ---------------------------------------------------------------- std, distributions
+def test_std_distributions():
+    s = sf.init.std("relu", 512)
+    assert s == pytest.approx(math.sqrt(2 / 512), rel=1e-15)
+    a = sf.init.std("relu", 512, "uniform")
+    assert a == pytest.approx(math.sqrt(3) * s, rel=1e-15)
+    x = np.random.default_rng(1).uniform(-a, a, 200_000)
+    assert x.std() == pytest.approx(s, rel=5 / math.sqrt(2 * 200_000) * 1.2)
+    t = sf.init.std("relu", 512, "truncated_normal")
+    assert t * math.sqrt(sf.init.truncated_variance()) == pytest.approx(s, rel=1e-14)
+
+
+def test_truncated_variance_against_mpmath():
+    with mpmath.workdps(25):
+        num = mpmath.quad(lambda z: z * z * mpmath.npdf(z), [-2, 2])
+        den = mpmath.quad(mpmath.npdf, [-2, 2])
+    assert sf.init.truncated_variance() == pytest.approx(float(num / den), rel=1e-14)
+    assert math.sqrt(sf.init.truncated_variance()) == pytest.approx(0.87962566103423978, rel=1e-15)  # JAX's constant
+
+
+def test_bias_std_and_nt_round_trip():
+    assert sf.init.bias_std(0.04) == pytest.approx(0.2)
+    w, b = sf.init.to_nt(1.7609546396067421, 0.05)
+    assert (w, b) == (math.sqrt(1.7609546396067421), math.sqrt(0.05))
+    back = sf.init.from_nt(w, b)
+    assert back.sigma_w2 == pytest.approx(1.7609546396067421, rel=1e-15)
+    assert back.sigma_b2 == pytest.approx(0.05, rel=1e-15)
+    assert sf.init.to_nt(*sf.init.from_nt(1.5, 0.1)) == pytest.approx((1.5, 0.1), rel=1e-15)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: sf.init.to_nt(-2.0, 0.0), "sigma_w2"),
+    (lambda: sf.init.to_nt(2.0, -0.1), "sigma_b2"),
+    (lambda: sf.init.from_nt(-1.4, 0.0), "W_std"),
+    (lambda: sf.init.from_nt(1.4, -0.1), "b_std"),
+    (lambda: sf.init.std("relu", 0), "fan_in"),
+    (lambda: sf.init.std("relu", 10, "laplace"), "distribution"),
+    (lambda: sf.init.gain("tanh", -0.1), "sigma_b2"),
+    (lambda: sf.init.gain("tanh", 0.0, width=64), "depth"),
+    (lambda: sf.init.bias_std(-1), "sigma_b2"),
+    (lambda: sf.init.kernel_fan_in((5,)), "shape"),
+    (lambda: sf.init.diagnose([], "relu", 2.0, 0.0), "activations"),
+    (lambda: sf.init.diagnose([np.ones((2, 4))], "relu", -2.0, 0.0), "sigma_w2"),
+])
+def test_bad_input_names_the_parameter(call, name):
+    with pytest.raises(ValueError) as e:
+        call()
+    msg = str(e.value)
+    assert f"'{name}'" in msg and "\n" not in msg
+
+
+def test_import_symfield_does_not_import_jax_or_torch():
+    code = "import sys, symfield; bad = [m for m in ('jax', 'torch', 'flax') if m in sys.modules]; print(bad); " \
+           "raise SystemExit(1 if bad else 0)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------- JAX / Flax
+def test_jax_initializer_dense_and_conv():
+    jax = pytest.importorskip("jax")
+    init = sf.init.jax("tanh", sigma_b2=TANH_SB)
+    g = sf.init.gain("tanh", TANH_SB)
+    W = np.asarray(init(jax.random.PRNGKey(0), (512, 512)))
+    assert W.dtype == np.float32
+    assert W.std() == pytest.approx(g / math.sqrt(512), rel=0.01)
+    K = np.asarray(init(jax.random.PRNGKey(1), (3, 3, 64, 128)))        # HWIO: fan_in = 3*3*64
+    assert K.std() == pytest.approx(g / math.sqrt(576), rel=0.01)
+
+
+@pytest.mark.parametrize("dist", ["uniform", "truncated_normal"])
+def test_jax_initializer_other_distributions(dist):
+    jax = pytest.importorskip("jax")
+    init = sf.init.jax("relu", distribution=dist)
+    W = np.asarray(init(jax.random.PRNGKey(2), (512, 512)))
+    target = math.sqrt(2 / 512)
+    assert W.std() == pytest.approx(target, rel=0.01)
+    bound = sf.init.std("relu", 512, dist) * (1 if dist == "uniform" else 2)
+    assert np.abs(W).max() <= bound * (1 + 1e-6)
+
+
+def test_jax_truncated_normal_matches_target_variance():
+    jax = pytest.importorskip("jax")
+    t = sf.init.std("tanh", 100, "truncated_normal", sigma_b2=TANH_SB)
+    x = np.asarray(jax.nn.initializers.truncated_normal(t)(jax.random.PRNGKey(3), (200_000,)), dtype=float)
+    target = sf.init.gain("tanh", TANH_SB) / 10
+    # sd of a sample sd ~ sd sqrt((kurt - 1)/(4N)); truncated normal kurtosis < 3
+    assert x.std() == pytest.approx(target, rel=4 * math.sqrt(2 / (4 * 200_000)))
+
+
+def test_flax_dense_takes_the_initializer():
+    jax = pytest.importorskip("jax")
+    nn = pytest.importorskip("flax.linen")
+    layer = nn.Dense(512, kernel_init=sf.init.jax("tanh", sigma_b2=TANH_SB), bias_init=sf.init.jax_bias(TANH_SB))
+    params = layer.init(jax.random.PRNGKey(0), np.ones((1, 512), np.float32))["params"]
+    W, b = np.asarray(params["kernel"]), np.asarray(params["bias"])
+    assert W.shape == (512, 512)
+    assert W.std() == pytest.approx(sf.init.gain("tanh", TANH_SB) / math.sqrt(512), rel=0.01)
+    assert b.std() == pytest.approx(math.sqrt(TANH_SB), rel=0.2)        # 512 draws: sd of sd ~ 3 %
+
+
+# ---------------------------------------------------------------- PyTorch (optional extra; skips without torch)
+def test_torch_initialises_linear_conv_and_tensors():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    g = sf.init.gain("tanh", TANH_SB)
+    lin = sf.init.torch_(torch.nn.Linear(512, 512), "tanh", sigma_b2=TANH_SB)
+    assert lin.weight.std().item() == pytest.approx(g / math.sqrt(512), rel=0.01)
+    conv = sf.init.torch_(torch.nn.Conv2d(64, 128, 3, groups=2), "tanh", sigma_b2=TANH_SB)
+    assert conv.weight.std().item() == pytest.approx(g / math.sqrt(32 * 9), rel=0.01)
+    t = sf.init.torch_(torch.empty(256, 64, 3, 3), "relu", distribution="truncated_normal")
+    assert t.std().item() == pytest.approx(math.sqrt(2 / 576), rel=0.01)
+    assert t.abs().max().item() <= 2 * sf.init.std("relu", 576, "truncated_normal") * (1 + 1e-6)
+
+
+def test_record_torch_feeds_diagnose():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(4):
+        layers += [sf.init.torch_(torch.nn.Linear(256, 256), "relu"), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers[:-1])
+    with sf.init.record_torch(model) as acts:
+        model(torch.randn(4, 256, dtype=torch.float32))
+    d = sf.init.diagnose(acts, "relu", 2.0, 0.0)
+    assert len(acts) == 4 and d.ok, d.table()
+
+
+# ---------------------------------------------------------------- diagnose
+def _forward(act_fn, act, sw, sb, width, depth, P, seed, c0=0.3):
+    """Plain numpy network, weights from sf.init.std(act, fan_in) scaled to sw (W ~ N(0, sw/n))."""
+    rng = np.random.default_rng(seed)
+    L = np.linalg.cholesky((1 - c0) * np.eye(P) + c0 * np.ones((P, P)))
+    X = L @ np.linalg.qr(rng.standard_normal((width, P)))[0].T * math.sqrt(width)   # |x|^2/n = 1, pairwise c0
+    s = sf.init.std(act, width, sigma_b2=sb) * math.sqrt(sw) / sf.init.gain(act, sb)
+    hs, h = [], X
+    for layer in range(depth):
+        y = act_fn(h) if layer else h
+        h = y @ (rng.standard_normal((width, width)) * s) + rng.standard_normal(width) * math.sqrt(sb)
+        hs.append(h)
+    return hs
+
+
+def test_diagnose_relu_inside_band_and_flags_wrong_sigma_w2():
+    hs = _forward(lambda h: np.maximum(h, 0), "relu", 2.0, 0.1, width=512, depth=6, P=4, seed=0)
+    d = sf.init.diagnose(hs, "relu", 2.0, 0.1)
+    assert d.ok, d.table()
+    assert np.all(np.abs(d.q - d.q_mean) <= 2 * d.q_sd)
+    assert d.q[0] == pytest.approx(d.q_theory[0], rel=1e-12)    # layer 1 defines q0, qab0
+    wrong = sf.init.diagnose(hs, "relu", 2.6, 0.1)
+    assert wrong.q_flag[1:].all() and not wrong.ok
+    assert "OUTSIDE" in str(wrong) and "sigma_w2=2.6" in wrong.table()
+
+
+def test_diagnose_single_input_tanh_and_gamma_estimator():
+    sw = sf.init.gain("tanh", TANH_SB) ** 2
+    hs = _forward(np.tanh, "tanh", sw, TANH_SB, width=512, depth=6, P=1, seed=1)
+    d = sf.init.diagnose(hs, "tanh", sw, TANH_SB, q0=1.0)
+    assert d.ok, d.table()
+    assert d.q_theory[0] == pytest.approx(sw + TANH_SB)
+    assert np.isnan(d.c).all() and np.isfinite(d.q_sd).all()
+    # gamma: the estimator of sf.simulate (Vtilde/V over inputs), on a hand-made layer
+    H = np.random.default_rng(2).standard_normal((5, 300))
+    d2 = sf.init.diagnose([H], "relu", 2.0, 0.0, bands=False)
+    assert d2.gamma[0] == pytest.approx(H.mean(axis=0).var() / H.var(axis=0).mean(), rel=1e-12)
+    assert "bands=False" in d2.table()
+
+
+@pytest.mark.slow
+def test_diagnose_tanh_two_inputs_bands():
+    sw = sf.init.gain("tanh", TANH_SB) ** 2
+    hs = _forward(np.tanh, "tanh", sw, TANH_SB, width=512, depth=6, P=4, seed=3)
+    d = sf.init.diagnose(hs, "tanh", sw, TANH_SB)
+    assert d.ok, d.table()
+    assert not sf.init.diagnose(hs, "tanh", 1.5 * sw, TANH_SB).ok

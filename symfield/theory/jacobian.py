@@ -316,6 +316,22 @@ def _newton(model, xp, w, zeta, iters=30, tol=1e-12):
     return w, zeta, res
 
 
+def _retry_from_neighbours(model, xp, w, zeta, ok, sweeps=3):
+    """Points where the continuation in Im x' failed start again from a converged neighbour's solution
+    (continuation along x at the final Im x'), sweeping up and down the grid."""
+    for _ in range(sweeps):
+        if ok.all() or not ok.any():
+            break
+        for order in (np.arange(len(xp)), np.arange(len(xp))[::-1]):
+            for i, j in zip(order[1:], order[:-1]):
+                if ok[i] or not ok[j]:
+                    continue
+                wi, zi, res = _newton(model, xp[i:i + 1], w[j:j + 1], zeta[j:j + 1])
+                if res[0] < 1e-8:
+                    w[i], zeta[i], ok[i] = wi[0], zi[0], True
+    return w, zeta, ok
+
+
 def solve_density(model, moments, xs, steps=45, eta=1e-10):
     """rho(x) = -Im G(x + i0)/pi at the points xs, G = (1 + w)/x', by continuation in Im x' from
     10 max(xs) down to eta x. Returns (rho, converged)."""
@@ -328,6 +344,7 @@ def solve_density(model, moments, xs, steps=45, eta=1e-10):
         w, zeta, res = _newton(model, xs + 1j * y, w, zeta)
         ok &= np.isfinite(res)
     ok &= res < 1e-8
+    w, zeta, ok = _retry_from_neighbours(model, xs + 1j * yf, w, zeta, ok)
     rho = -((1 + w) / (xs + 1j * yf)).imag / np.pi
     return np.where(ok, np.maximum(rho, 0.0), np.nan), ok
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from symfield.core import validate as check
+from symfield.core.dataset import ToXarray, flags
 from symfield.simulate import finite_data_gamma
 from symfield.symbolic.activation import Activation, activation
 from symfield.theory.finite_width import finite_width
@@ -32,6 +34,7 @@ from symfield.theory.width_gain import width_gain
 
 DISTRIBUTIONS = ("normal", "uniform", "truncated_normal")
 TRUNCATION = 2.0   # truncated normals are cut at +-2 standard deviations of the untruncated normal
+MAX_STD = math.sqrt(np.finfo(float).max)   # 1.3407807929942596e154: the largest std whose square is finite
 
 
 def truncated_variance(a: float = TRUNCATION) -> float:
@@ -214,26 +217,36 @@ def from_nt(W_std, b_std=0.0) -> Variances:
     """(sigma_w2, sigma_b2) = (W_std^2, b_std^2) from neural-tangents standard deviations.
 
     A negative W_std or b_std raises (a standard deviation is >= 0; a negative one usually means a
-    variance or a log-scale value was passed).
+    variance or a log-scale value was passed), and so does one above MAX_STD, whose square overflows.
 
     Examples
     --------
     >>> from_nt(1.5, 0.1)
     Variances(sigma_w2=2.25, sigma_b2=0.010000000000000002)
     """
-    w = float(check.real("init.from_nt", "W_std", W_std, lo=0))
-    b = float(check.real("init.from_nt", "b_std", b_std, lo=0))
+    w = float(check.real("init.from_nt", "W_std", W_std, lo=0, hi=MAX_STD))
+    b = float(check.real("init.from_nt", "b_std", b_std, lo=0, hi=MAX_STD))
     return Variances(w * w, b * b)
 
 
 # ---------------------------------------------------------------- JAX / Flax
 def kernel_fan_in(shape) -> int:
-    """fan_in of a Flax/JAX kernel: prod(shape[:-1]) (Dense (in, out): in; conv HWIO: H*W*I)."""
-    shape = tuple(int(s) for s in shape)
-    if len(shape) < 2:
-        raise ValueError(f"The 'shape' parameter of init.jax must have at least 2 axes (kernel, out last). "
-                         f"Got {shape!r} instead; use init.jax_bias for biases.")
-    return math.prod(shape[:-1])
+    """fan_in of a Flax/JAX kernel: prod(shape[:-1]) (Dense (in, out): in; conv HWIO: H*W*I), >= 1."""
+    try:
+        axes = tuple(shape)
+    except TypeError:
+        axes = None
+    if axes is None or not all(isinstance(s, (numbers.Integral, np.integer)) and not isinstance(s, bool) for s in axes):
+        raise TypeError(f"The 'shape' parameter of init.jax must be a tuple of integers (kernel axes, out last). "
+                        f"Got {shape!r} instead.")
+    if len(axes) < 2 or min(axes) < 0:
+        raise ValueError(f"The 'shape' parameter of init.jax must have at least 2 axes of size >= 0 (kernel, out "
+                         f"last). Got {axes!r} instead; use init.jax_bias for biases.")
+    fan_in = math.prod(int(s) for s in axes[:-1])
+    if fan_in < 1:
+        raise ValueError(f"The 'shape' parameter of init.jax must have fan_in = prod(shape[:-1]) >= 1 (Var W = "
+                         f"gain^2/fan_in). Got {axes!r} (fan_in 0) instead.")
+    return fan_in
 
 
 def jax(act, sigma_b2=0.0, distribution="normal", width=None, depth=None, **kw):
@@ -292,21 +305,40 @@ def jax_bias(sigma_b2):
 
 
 # ---------------------------------------------------------------- PyTorch
+_TORCH_RULE = ("a torch Linear or Conv module (with a weight) or a weight tensor of shape (out, in, *kernel); "
+               "for a container, call it on each layer of model.modules()")
+
+
+def _torch_what(m):
+    shape = getattr(m, "shape", None)
+    if shape is not None:
+        return f"a tensor of shape {tuple(shape)}"
+    return f"{'a module' if hasattr(m, 'parameters') else 'an object'} of type {type(m).__name__}"
+
+
 def torch_fan_in(module_or_tensor) -> int:
     """fan_in of a torch Linear/Conv module (in_channels/groups * prod(kernel_size)) or of a bare
-    weight tensor (out, in, *kernel): shape[1] * prod(shape[2:])."""
-    m = module_or_tensor
-    if hasattr(m, "in_features"):
-        return int(m.in_features)
-    if hasattr(m, "in_channels") and hasattr(m, "kernel_size"):
+    weight tensor (out, in, *kernel): shape[1] * prod(shape[2:]); anything else (LayerNorm, Embedding,
+    Sequential, ...) is refused with a TypeError, a zero fan-in with a ValueError."""
+    m, name = module_or_tensor, "The 'module_or_tensor' parameter of init.torch_"
+    if hasattr(m, "in_features") and getattr(m, "weight", None) is not None:
+        fan_in = int(m.in_features)
+    elif hasattr(m, "in_channels") and hasattr(m, "kernel_size") and getattr(m, "weight", None) is not None:
         if getattr(m, "transposed", False):
             raise NotImplementedError("init.torch_: ConvTranspose layers have a stride-dependent fan-in; "
                                       "initialise their weight tensor with an explicit init.std(act, fan_in).")
-        return int(m.in_channels // m.groups * math.prod(m.kernel_size))
-    shape = tuple(m.shape)
-    if len(shape) < 2:
-        raise ValueError(f"init.torch_: a bare tensor needs at least 2 axes (out, in, *kernel); got shape {shape}.")
-    return int(shape[1] * math.prod(shape[2:]))
+        fan_in = int(m.in_channels // m.groups * math.prod(m.kernel_size))
+    elif hasattr(m, "shape") and not hasattr(m, "parameters"):
+        shape = tuple(m.shape)
+        if len(shape) < 2:
+            raise ValueError(f"{name} must be {_TORCH_RULE}. Got {_torch_what(m)} instead.")
+        fan_in = int(shape[1] * math.prod(shape[2:]))
+    else:
+        raise TypeError(f"{name} must be {_TORCH_RULE}. Got {_torch_what(m)} instead.")
+    if fan_in < 1:
+        raise ValueError(f"{name} must have fan_in >= 1 (Var W = gain^2/fan_in; a lazy module needs a forward pass "
+                         f"first). Got {_torch_what(m)} with fan_in 0 instead.")
+    return fan_in
 
 
 def torch_(module_or_tensor, act, sigma_b2=0.0, distribution="normal", width=None, depth=None, **kw):
@@ -326,8 +358,12 @@ def torch_(module_or_tensor, act, sigma_b2=0.0, distribution="normal", width=Non
         raise ValueError(f"The 'distribution' parameter of init.torch_ must be one of {DISTRIBUTIONS}. "
                          f"Got {distribution!r} instead.")
     is_module = isinstance(module_or_tensor, torch.nn.Module)
+    if not (is_module or isinstance(module_or_tensor, torch.Tensor)):
+        raise TypeError(f"The 'module_or_tensor' parameter of init.torch_ must be {_TORCH_RULE}. "
+                        f"Got {_torch_what(module_or_tensor)} instead.")
+    fan_in = torch_fan_in(module_or_tensor)
     weight = module_or_tensor.weight if is_module else module_or_tensor
-    s = _scale(gain(act, sigma_b2, width, depth, **kw) / math.sqrt(torch_fan_in(module_or_tensor)), distribution)
+    s = _scale(gain(act, sigma_b2, width, depth, **kw) / math.sqrt(fan_in), distribution)
     with torch.no_grad():
         if distribution == "uniform":
             torch.nn.init.uniform_(weight, -s, s)
@@ -372,15 +408,24 @@ def record_torch(model, types=None):
 
 
 # ---------------------------------------------------------------- diagnosis
+DIAGNOSIS_STATUS = {0: "inside the band", 1: "outside the band", 2: "non-finite measurement",
+                    3: "not compared (no band)"}
+DIAGNOSIS_STATUS_NAMES = ("inside_band", "outside_band", "non_finite_measurement", "not_compared")
+STATS = ("q", "c", "gamma")
+
+
 @dataclass(frozen=True)
-class Diagnosis:
+class Diagnosis(ToXarray):
     """Measured per-layer statistics against the mean-field theory; arrays of shape (depth,).
 
     ``q``, ``c``, ``gamma``: measured (q = mean_a |h_a|^2/n; c = mean over pairs a < b of
     Q_ab/sqrt(Q_aa Q_bb), Q = H H^T/n; gamma = Vtilde/V, the estimator of ``sf.simulate``).
     ``*_theory``: infinite width (``sf.propagate``; gamma by ``sf.finite_data_gamma`` at P inputs).
     ``*_mean``, ``*_sd``: the width-n mean and standard deviation (``sf.finite_width`` for one input,
-    ``sf.gram_fluctuations`` for several; NaN where not available). ``*_flag``: outside mean +- z sd.
+    ``sf.gram_fluctuations`` for several; NaN where not available). ``*_flag``: outside mean +- z sd, or
+    not finite (c and gamma need two inputs). ``status`` per layer (DIAGNOSIS_STATUS), ``reasons`` in words;
+    ``ok`` is False when a layer is flagged, None when nothing was compared (no band), else True.
+    ``to_xarray()``: every array over ``layer``, ``status`` with CF flags.
     """
     layers: np.ndarray
     q: np.ndarray
@@ -398,31 +443,79 @@ class Diagnosis:
     z: float = 2.0
     params: dict = field(default_factory=dict)
     note: str = ""
+    STATUS = DIAGNOSIS_STATUS
 
-    def _flag(self, x, mean, sd):
+    def _applies(self, name: str) -> bool:
+        return name == "q" or self.params.get("n_inputs", 2) > 1
+
+    def nonfinite(self, name: str) -> np.ndarray:
+        """Per layer: the measured statistic ``name`` is NaN or infinite (where it applies)."""
+        return ~np.isfinite(getattr(self, name)) if self._applies(name) else np.zeros(len(self.layers), bool)
+
+    def compared(self, name: str) -> np.ndarray:
+        """Per layer: a finite band exists for ``name``."""
+        band = np.isfinite(getattr(self, f"{name}_mean")) & np.isfinite(getattr(self, f"{name}_sd"))
+        return band if self._applies(name) else np.zeros(len(self.layers), bool)
+
+    def outside(self, name: str) -> np.ndarray:
+        """Per layer: the finite measurement lies outside mean +- z sd."""
+        x, mean, sd = (getattr(self, f"{name}{s}") for s in ("", "_mean", "_sd"))
         with np.errstate(invalid="ignore"):
-            return np.abs(x - mean) > self.z * sd
+            return self.compared(name) & np.isfinite(x) & (np.abs(x - mean) > self.z * sd)
+
+    def _flag(self, name):
+        return self.outside(name) | self.nonfinite(name)
 
     @property
     def q_flag(self):
-        return self._flag(self.q, self.q_mean, self.q_sd)
+        return self._flag("q")
 
     @property
     def c_flag(self):
-        return self._flag(self.c, self.c_mean, self.c_sd)
+        return self._flag("c")
 
     @property
     def gamma_flag(self):
-        return self._flag(self.gamma, self.gamma_mean, self.gamma_sd)
+        return self._flag("gamma")
 
     @property
     def flags(self):
-        """Per layer: True where q, c or gamma lies outside its band."""
+        """Per layer: True where q, c or gamma lies outside its band or is not finite."""
         return self.q_flag | self.c_flag | self.gamma_flag
 
     @property
-    def ok(self) -> bool:
-        return not self.flags.any()
+    def status(self) -> np.ndarray:
+        """Per layer (DIAGNOSIS_STATUS): 2 a non-finite measurement, else 1 outside a band, else 3 when no
+        statistic had a band, else 0."""
+        bad = np.any([self.nonfinite(n) for n in STATS], axis=0)
+        out = np.any([self.outside(n) for n in STATS], axis=0)
+        seen = np.any([self.compared(n) for n in STATS], axis=0)
+        return np.where(bad, 2, np.where(out, 1, np.where(seen, 0, 3))).astype(np.int8)
+
+    @property
+    def reasons(self) -> list:
+        """Per layer, why it is flagged or not compared ('' when inside every band)."""
+        rows, status = [], self.status
+
+        def band(n, i):
+            m, s = getattr(self, n + "_mean")[i], self.z * getattr(self, n + "_sd")[i]
+            return f"[{m - s:.6g}, {m + s:.6g}]"
+
+        for i in range(len(self.layers)):
+            why = [f"{n} = {getattr(self, n)[i]:g} is not finite" for n in STATS if self.nonfinite(n)[i]]
+            why += [f"{n} = {getattr(self, n)[i]:.6g} outside {band(n, i)}" for n in STATS if self.outside(n)[i]]
+            if not why and status[i] == 3:
+                why = ["not compared: no finite-width band"]
+            rows.append("; ".join(why))
+        return rows
+
+    @property
+    def ok(self) -> bool | None:
+        """False when a layer is flagged (outside a band or non-finite), None when no layer was compared with
+        a band (e.g. bands=False), else True."""
+        if self.flags.any():
+            return False
+        return None if (self.status == 3).all() else True
 
     def table(self) -> str:
         """A per-layer table: measured, infinite-width theory, width-n band, and a flag column."""
@@ -438,32 +531,51 @@ class Diagnosis:
         cols = f"{'layer':>5} | {'q':>9} {'theory':>9} {'band':>21}  | {'c':>9} {'theory':>9} {'band':>21}  |" \
                f" {'gamma':>9} {'theory':>9} {'band':>21}  | flag"
         rows = [head, cols, "-" * len(cols)]
+        word = {0: "ok", 1: "OUTSIDE", 2: "NON-FINITE", 3: "not compared"}
+        marks, status = {n: self._flag(n) for n in STATS}, self.status
         for i, l in enumerate(self.layers):
-            rows.append(f"{l:>5} | " + cell(self.q[i], self.q_theory[i], self.q_mean[i], self.q_sd[i], self.q_flag[i])
-                        + " | " + cell(self.c[i], self.c_theory[i], self.c_mean[i], self.c_sd[i], self.c_flag[i])
-                        + " | " + cell(self.gamma[i], self.gamma_theory[i], self.gamma_mean[i], self.gamma_sd[i],
-                                       self.gamma_flag[i])
-                        + " | " + ("OUTSIDE" if self.flags[i] else "ok"))
-        rows.append(f"{int(self.flags.sum())} of {len(self.layers)} layers outside the band (* marks the statistic)."
-                    + (f" {self.note}" if self.note else ""))
+            rows.append(f"{l:>5} | " + " | ".join(cell(getattr(self, n)[i], getattr(self, n + "_theory")[i],
+                                                       getattr(self, n + "_mean")[i], getattr(self, n + "_sd")[i],
+                                                       marks[n][i]) for n in STATS)
+                        + " | " + word[int(status[i])])
+        counts = [int((status == k).sum()) for k in (1, 2, 3)]
+        verdict = {True: "ok", False: "NOT ok", None: "inconclusive (nothing compared)"}[self.ok]
+        rows.append(f"{counts[0]} of {len(self.layers)} layers outside the band, {counts[1]} non-finite, "
+                    f"{counts[2]} not compared (* marks the statistic): {verdict}." + (f" {self.note}" if self.note else ""))
         return "\n".join(rows)
 
     __str__ = table
+
+    def dataset_parts(self) -> dict:
+        """The arrays, coordinates, dims and parameters of :meth:`to_xarray` (for symfield.io.output.save)."""
+        data = {f"{n}{s}": np.asarray(getattr(self, f"{n}{s}"), dtype=float) for n in STATS
+                for s in ("", "_theory", "_mean", "_sd")}
+        data.update({f"{n}_flag": self._flag(n).astype(np.int8) for n in STATS}, status=self.status)
+        va = {"status": {"long_name": "layer status (see flag_meanings)", **flags(DIAGNOSIS_STATUS_NAMES)}}
+        for n, what in (("q", "variance q"), ("c", "correlation c"), ("gamma", "gamma")):
+            va[n] = {"long_name": f"measured {what}", "units": "1"}
+            va[f"{n}_theory"] = {"long_name": f"infinite-width theory of {what}", "units": "1"}
+            va[f"{n}_mean"] = {"long_name": f"width-n mean of {what} (band centre)", "units": "1"}
+            va[f"{n}_sd"] = {"long_name": f"width-n standard deviation of {what} (band half-width / z)", "units": "1"}
+            va[f"{n}_flag"] = {"long_name": f"{what} outside its band or not finite", "units": "1",
+                               **flags(("not_flagged", "flagged"))}
+        params = {**{k: v for k, v in self.params.items() if v is not None}, "z": self.z, "note": self.note}
+        return dict(data=data, coords={"layer": np.asarray(self.layers)}, params=params, var_attrs=va)
 
 
 def _measure(H):
     """(q, c, gamma) of one layer's pre-activations H (P, n)."""
     P, n = H.shape
-    Q = H @ H.T / n
-    q = float(np.trace(Q) / P)
-    if P < 2:
-        return q, math.nan, math.nan, math.nan
-    i, j = np.triu_indices(P, 1)
-    d = np.diag(Q)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(all="ignore"):          # a non-finite layer gives non-finite statistics (flagged)
+        Q = H @ H.T / n
+        q = float(np.trace(Q) / P)
+        if P < 2:
+            return q, math.nan, math.nan, math.nan
+        i, j = np.triu_indices(P, 1)
+        d = np.diag(Q)
         c = float(np.mean(Q[i, j] / np.sqrt(d[i] * d[j])))
         gamma = float(H.mean(axis=0).var() / H.var(axis=0).mean())
-    return q, c, gamma, float(Q[i, j].mean())
+        return q, c, gamma, float(Q[i, j].mean())
 
 
 def _bands(A, sw, sb, depth, q0, qab0, P, n, residual, bands):
@@ -548,6 +660,9 @@ def diagnose(activations, act, sigma_w2, sigma_b2, width=None, q0=None, qab0=Non
     n = check.integer(F, "width", n, lo=1)
     meas = np.array([_measure(h) for h in Hs])
     depth = len(Hs)
+    if (q0 is None or (qab0 is None and P > 1)) and not np.all(np.isfinite(meas[0, [0, 3] if P > 1 else [0]])):
+        raise ValueError(f"The 'activations' parameter of {F} must be finite in layer 1 when q0 and qab0 come from "
+                         f"it. Got q = {meas[0, 0]:g}, mean overlap = {meas[0, 3]:g} there instead; pass q0 and qab0.")
     q0 = (meas[0, 0] - sb) / sw if q0 is None else float(check.real(F, "q0", q0, lo=0, lo_open=True))
     if qab0 is None:
         qab0 = (meas[0, 3] - sb) / sw if P > 1 else 0.0

@@ -5,11 +5,14 @@ C against sqrt(V(q1) V(q2)) and dC against sqrt(dpsi2(q1) dpsi2(q2)) (the Cauchy
 each quantity).  Literals left inline in the tests are tighter than these (kept as measured) or
 bound a test's own oracle (finite differences, an oracle's self-check, timing).
 """
+import random
 import sys
 from pathlib import Path
 
 import mpmath as mp
 import pytest
+
+from symfield.core import caches
 
 sys.path.insert(0, str(Path(__file__).parent))   # test helpers (oracles, latex_reader) import by name
 
@@ -53,8 +56,38 @@ BUILDS_TABLES = {"test_tables", "test_tables_distance", "test_table1d", "test_ca
 
 @pytest.fixture(autouse=True, scope="module")
 def _shipped_tables(request):
-    """Module scope, so module-scoped fixtures (caches built once per module) see it too."""
+    """Module scope, so module-scoped fixtures (caches built once per module) see it too. Every module
+    starts with symfield's in-process caches empty (symfield.core.caches), as in a new process, and leaves
+    them empty: no test sees tables, maps or kernels that another module's tests left behind."""
+    caches.clear()
     with pytest.MonkeyPatch.context() as mp_:
         if request.module.__name__.rpartition(".")[2] in BUILDS_TABLES:
             mp_.setenv("SYMFIELD_SHIPPED", "0")
         yield
+    caches.clear()
+
+
+# ---- test order: `--shuffle SEED` runs the modules, and the tests inside each module, in an order drawn
+# from SEED (printed in the header), to show that no test depends on what ran before it.
+def pytest_addoption(parser):
+    parser.addoption("--shuffle", type=int, default=None, metavar="SEED",
+                     help="shuffle the order of test modules and of the tests inside each module with this seed")
+
+
+def pytest_report_header(config):
+    seed = config.getoption("--shuffle")
+    if seed is not None:
+        return f"test order: shuffled with --shuffle {seed}"
+
+
+def pytest_collection_modifyitems(config, items):
+    seed = config.getoption("--shuffle")
+    if seed is None:
+        return
+    rng = random.Random(seed)
+    modules: dict = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    order = list(modules)
+    rng.shuffle(order)
+    items[:] = [it for m in order for it in rng.sample(modules[m], len(modules[m]))]

@@ -54,3 +54,15 @@ def test_bench_cli_json_and_bad_input():
         bench("tanh", depth=1)
     with pytest.raises(TypeError, match="'grid' parameter of bench must be a pair"):
         bench("tanh", grid=16)
+
+
+@pytest.mark.parametrize("name,needle", [("missing/x.json", "does not exist"), ("x.txt", "must end in one of .json")])
+def test_bench_output_is_checked_like_every_command(tmp_path, capsys, name, needle):
+    """`bench --quick -o /no/such/dir/x.json` once created the directories (and ran the benchmark first);
+    now it is refused before any work, as every other command refuses it (symfield.io.output.writable)."""
+    from symfield.cli.main import main
+    out = tmp_path / name
+    assert main(["bench", "--quick", "-o", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert needle in captured.err and len(captured.err.strip().splitlines()) == 1 and captured.out == ""
+    assert not out.exists() and (out.parent == tmp_path or not out.parent.exists())

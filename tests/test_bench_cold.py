@@ -95,3 +95,22 @@ def test_cli_bad_input(argv, needle, capsys):
     assert main(["bench", *argv]) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "0"])
+def test_cli_timeout_must_be_finite(value, capsys, tmp_path):
+    """--timeout inf once failed with "cannot convert float infinity to integer" after launching a child."""
+    assert main(["bench", "--suite", "cold", "--rows", "elu-phase-point", "--timeout", value]) == 2
+    err = capsys.readouterr().err
+    assert "'--timeout' option of bench must be a finite number of seconds > 0" in err and value in err
+    assert len(err.strip().splitlines()) == 1
+    with pytest.raises(ValueError, match="'timeout' parameter of bench_cold.run must be a finite float > 0"):
+        bc.run_row(tiny(), timeout=float(value), root=tmp_path)
+    assert list(tmp_path.iterdir()) == []       # refused before any child or cache directory
+
+
+def test_cli_output_directory_must_exist(capsys, tmp_path):
+    out = tmp_path / "missing" / "cold.json"
+    assert main(["bench", "--suite", "cold", "--rows", "elu-phase-point", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and len(err.strip().splitlines()) == 1 and not out.parent.exists()

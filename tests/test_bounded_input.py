@@ -1,9 +1,11 @@
 """Bounded parsing and symbolic work: parser limits before SymPy, budgets on any thread, bounded probes."""
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import mpmath
+import numpy as np
 import pytest
 import sympy as sp
 
@@ -131,3 +133,73 @@ def test_budget_threads_do_not_accumulate():
         timelimit.call_with_time_limit(1.0, sum, range(10))
     time.sleep(0.3)
     assert threading.active_count() <= before + 1
+
+
+# ---------------------------------------------------------------- issue 28 item 0b: the expm1 rewrite is bounded
+def _xsig_dV_integrand():
+    """x phi phi' of x*sigmoid(1.702 x), expanded as the kernel's dV integrand: SymPy's expm1 rewrite
+    factors it as a polynomial of degree 851 in exp(x/500) (ran for hours)."""
+    phi = A.activation("x*sigmoid(1.702*x)").expr
+    return sp.expand(x * phi * sp.diff(phi, x))
+
+
+def test_the_factoring_rewrite_runs_under_its_budget_and_the_fallback_is_accurate():
+    from symfield.numeric import evaluate as EV
+    f = _xsig_dV_integrand()
+    with pytest.raises(timelimit.TooExpensive, match="too expensive: the expm1/log1p rewrite"):
+        EV._factored_rewrite(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # no cancellation near 0 here: no warning
+        fn = EV.vectorised(f, EV.NUMPY_MODULES)
+    exact = sp.lambdify(x, f, modules="mpmath")
+    pts = [-30.0, -2.5, -1e-9, 0.0, 1e-12, 0.7, 4.0, 40.0]
+    got = fn(np.array(pts))
+    with mpmath.workdps(30):
+        for p, g in zip(pts, got):
+            want = exact(mpmath.mpf(p))
+            # 1e-13: exp's argument (51 at x = -30) rounded in float64 is the only loss (condition number 51)
+            assert abs(g - want) <= 1e-13 * abs(want) + 1e-300, (p, g, want)
+
+
+def test_the_fallback_rewrite_flags_a_cancellation_it_does_not_remove(monkeypatch):
+    from symfield.numeric import evaluate as EV
+
+    def too_slow(f):
+        raise timelimit.TooExpensive("too expensive: the expm1/log1p rewrite of 'f' exceeded 2 s")
+    monkeypatch.setattr(EV, "_factored_rewrite", too_slow)
+    fn = EV.vectorised(sp.exp(x) - 1, EV.NUMPY_MODULES)   # as written: expm1, accurate at 1e-14
+    assert fn(np.array([1e-14]))[0] == pytest.approx(1e-14, rel=1e-13)
+    with pytest.warns(RuntimeWarning, match=r"loses digits near x = 1e-12"):   # (e^x - 1)^2 expanded
+        EV.vectorised(sp.exp(2 * x) - 2 * sp.exp(x) + 1, EV.NUMPY_MODULES)
+
+
+def test_derive_and_activation_of_the_reported_formula_finish(tmp_path):
+    """symfield derive "x*sigmoid(1.702*x)" ran 180 s (no output) on the unbounded rewrite."""
+    from symfield.cli.main import main
+    assert str(A.activation("x*sigmoid(1.702*x)").expr) == "x/(1 + exp(-851*x/500))"
+    assert main(["derive", "x*sigmoid(1.702*x)", "-o", str(tmp_path / "d.tex")]) == 0
+    assert (tmp_path / "d.tex").stat().st_size > 1000
+
+
+# ---------------------------------------------------------------- no 300-digit exact constants
+@pytest.mark.parametrize("text", ["softplus(tanh(x)-1e-300)", "1e-29**10*x+tanh(x)", "tanh(x)+10**30*10**30*x"])
+def test_constants_beyond_30_digits_are_floats(text):
+    """1e-300 was the exact 1/10^300: SymPy's gcd in a series of the propagate tables ran for hours."""
+    expr = F.parse(text)
+    assert all(abs(r.p) <= F.MAX_EXACT and r.q <= F.MAX_EXACT for r in expr.atoms(sp.Rational)), expr
+    assert expr.atoms(sp.Float) or text.startswith("softplus")   # exp(-1e-300) evaluates to 1.0
+    value = float(expr.subs(x, sp.Rational(1, 3)))
+    with mpmath.workdps(40):   # the value is that of the exact formula
+        t = mpmath.tanh(mpmath.mpf(1) / 3)
+        exact = {"softplus(tanh(x)-1e-300)": mpmath.log(1 + mpmath.exp(t - mpmath.mpf("1e-300"))),
+                 "1e-29**10*x+tanh(x)": mpmath.mpf("1e-290") / 3 + t,
+                 "tanh(x)+10**30*10**30*x": t + mpmath.mpf(10) ** 60 / 3}[text]
+        assert abs(value - exact) <= 1e-15 * abs(exact)
+
+
+@pytest.mark.slow
+def test_propagate_of_a_tiny_constant_formula_finishes():
+    import symfield as sf
+    a = sf.propagate("softplus(tanh(x)-1e-300)", 1.5, 0.1, 3)
+    b = sf.propagate("softplus(tanh(x))", 1.5, 0.1, 3)
+    assert a.q == pytest.approx(b.q, rel=1e-12)

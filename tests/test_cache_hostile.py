@@ -5,6 +5,9 @@ process (the modules and tables would already be loaded in this one). A damaged 
 used: it is moved aside (<name>.bad-<pid>) with exactly one CacheWarning line naming it, rebuilt, and
 the result is checked against an independent oracle (exact values of the relu maps, mpmath quadrature
 of the defining integrals). An unwritable cache location falls back to a temporary directory.
+The key that seals cached files (core.files.seal) lives in a directory of this module's own
+(SYMFIELD_KEY_DIR); attacks that re-seal a file with it model a bug in our own writer (the structure
+checks must still catch it), forgeries without it are in tests/test_cache_trust.py.
 """
 import hashlib
 import os
@@ -19,12 +22,26 @@ import numpy as np
 import pytest
 
 from conftest import TOL
-from symfield.core.files import arrays_sha256, load_npz, save_npz
+from symfield.core.files import arrays_sha256, load_checked_npz, load_npz, save_checked_npz, save_npz
 from symfield.numeric import codegen, table1d, tables
 from symfield.symbolic.distance import distance
 from symfield.symbolic.kernel import kernel
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _own_key(tmp_path_factory):
+    """One key for this module (module fixtures build caches with it, tests read them with it)."""
+    with pytest.MonkeyPatch.context() as mp_:
+        mp_.setenv("SYMFIELD_KEY_DIR", str(tmp_path_factory.mktemp("key")))
+        yield
+
+
+def resealed(path, arrays):
+    """Write ``arrays`` with a fresh content hash and seal made with this module's key (a writer's bug)."""
+    arrays = {k: v for k, v in arrays.items() if k not in ("sha256", "mac")}
+    save_checked_npz(path, arrays)
 
 
 def run(code):
@@ -185,10 +202,8 @@ def _scaled(path):
 
 def _rehashed_bad_shape(path):
     z = load_npz(path)
-    z.pop("sha256")
-    z["coef"] = z["coef"][:, :-1]                    # a consistent hash, a shape __call__ cannot use
-    z["sha256"] = np.array(arrays_sha256(z))
-    save_npz(path, z)
+    z["coef"] = z["coef"][:, :-1]                    # a consistent hash and seal, a shape __call__ cannot use
+    resealed(path, z)
 
 
 def _no_hash(path):
@@ -197,16 +212,36 @@ def _no_hash(path):
     save_npz(path, z)
 
 
+def _rehashed_without_key(path):
+    z = load_npz(path)
+    z["coef"] = z["coef"] * 1.5                      # the content hash recomputed, the old seal kept
+    z.pop("sha256")
+    z["sha256"] = np.array(arrays_sha256({k: v for k, v in z.items() if k != "mac"}))
+    save_npz(path, z)
+
+
+def _forged_with_another_key(path, member="coef"):
+    """The issue's forgery: coefficients scaled by 1.5 and re-saved with save_checked_npz, by a process
+    holding a key that is not this user's (hash and seal consistent, but not made with the user's key)."""
+    z = load_npz(path)
+    z[member] = z[member] * 1.5
+    with pytest.MonkeyPatch.context() as mp_:
+        mp_.setenv("SYMFIELD_KEY_DIR", str(path.parents[2] / "attacker-key"))
+        resealed(path, z)
+
+
 NPZ_ATTACKS = {
     "scaled": (_scaled, "does not match its sha256"),
     "bad_shape": (_rehashed_bad_shape, "shapes"),
     "no_hash": (_no_hash, "no content hash"),
+    "rehashed_without_key": (_rehashed_without_key, "not authenticated by this user's key"),
+    "forged_with_another_key": (_forged_with_another_key, "not authenticated by this user's key"),
     "truncated": (lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]), "BadZipFile"),
     "empty": (lambda p: p.write_bytes(b""), "Error"),
 }
 
 
-@pytest.mark.parametrize("attack", _some_slow(NPZ_ATTACKS, ("scaled", "empty")))
+@pytest.mark.parametrize("attack", _some_slow(NPZ_ATTACKS, ("scaled", "empty", "forged_with_another_key")))
 def test_damaged_1d_tables_are_rebuilt(tmp_path, monkeypatch, tanh_1d_cache, qstar_tanh, attack):
     shutil.copytree(tanh_1d_cache, tmp_path, dirs_exist_ok=True)
     monkeypatch.setenv("SYMFIELD_CACHE", str(tmp_path))
@@ -219,10 +254,8 @@ def test_damaged_1d_tables_are_rebuilt(tmp_path, monkeypatch, tanh_1d_cache, qst
     assert r.returncode == 0, r.stderr
     assert abs(float(r.stdout) - qstar_tanh) <= TOL["identity"] * qstar_tanh, (r.stdout, qstar_tanh)
     one_warning_per_file(r, files, why)
-    for f in files:                                  # rebuilt files pass their own check
-        z = load_npz(f)
-        stored = str(z.pop("sha256"))
-        assert stored == arrays_sha256(z) and z["coef"].shape[1] == table1d.N
+    for f in files:                                  # rebuilt files pass their own check (hash and seal)
+        assert load_checked_npz(f)["coef"].shape[1] == table1d.N
 
 
 def test_intact_1d_tables_are_used_without_warning(tmp_path, monkeypatch, tanh_1d_cache, qstar_tanh):
@@ -269,15 +302,22 @@ def tanh_table_cache(tmp_path_factory):
 
 
 def _meta_edit(edit, rehash):
+    """Edit the metadata; ``rehash``: True with a fresh hash and seal (this module's key), "without_key" with
+    a fresh hash and the old seal, False with the old hash and seal."""
     def damage(path):
         import json
         z = load_npz(path)
-        stored = z.pop("sha256")
         meta = json.loads(str(z["meta"]))
         edit(meta, z)
         z["meta"] = np.array(json.dumps(meta, sort_keys=True))
-        z["sha256"] = np.array(arrays_sha256(z)) if rehash else stored
-        save_npz(path, z)
+        if rehash == "without_key":           # the content hash recomputed, the old seal kept
+            z.pop("sha256")
+            z["sha256"] = np.array(arrays_sha256({k: v for k, v in z.items() if k != "mac"}))
+            save_npz(path, z)
+        elif rehash:
+            resealed(path, z)
+        else:
+            save_npz(path, z)
     return damage
 
 
@@ -297,6 +337,8 @@ def _gap(meta, z):
 TABLE_ATTACKS = {
     "zero_cells": (_meta_edit(_zero_cells, False), "does not match its sha256"),
     "zero_cells_rehashed": (_meta_edit(_zero_cells, True), "panel 8 cells: none"),
+    "zero_cells_rehashed_without_key": (_meta_edit(_zero_cells, "without_key"), "not authenticated by this user's key"),
+    "forged_with_another_key": (lambda p: _forged_with_another_key(p, "c8_0"), "not authenticated by this user's key"),
     "nan_rehashed": (_meta_edit(_nan_coefficient, True), "panel 8 cells: coefficients"),
     "gap_rehashed": (_meta_edit(_gap, True), "do not tile"),
     "truncated": (lambda p: p.write_bytes(p.read_bytes()[:-100]), "BadZipFile"),
@@ -304,7 +346,8 @@ TABLE_ATTACKS = {
 }
 
 
-@pytest.mark.parametrize("attack", _some_slow(TABLE_ATTACKS, ("zero_cells_rehashed", "truncated")))
+@pytest.mark.parametrize("attack", _some_slow(TABLE_ATTACKS, ("zero_cells_rehashed", "forged_with_another_key",
+                                                               "truncated")))
 def test_damaged_tables_are_rebuilt(tmp_path, monkeypatch, tanh_table_cache, tanh_C_oracle, attack):
     shutil.copytree(tanh_table_cache, tmp_path, dirs_exist_ok=True)
     monkeypatch.setenv("SYMFIELD_CACHE", str(tmp_path))

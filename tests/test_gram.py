@@ -122,7 +122,7 @@ def test_max_pool_numeric_derivative_agrees_with_the_argmax_integral():
     K = g.K[0]
     dC = float(evaluate(sf.kernel(act).dC, VARS, tuple(K), sf.kernel(act).kinks))
     from symfield.theory.gram import _Eval   # noqa: PLC0415  (the layer terms at layer 1)
-    J, H, S, st = _Eval(act, None).layer_terms(K[None])
+    _, J, H, S, st = _Eval(act, None).layer_terms(K[None])
     assert st[0] == 0
     assert abs(J[0, 2, 2] - dC) < 1e-9 * abs(dC)
 
@@ -168,7 +168,7 @@ def test_width_gain_relu_is_exact_and_tanh_removes_the_drift():
     assert abs(corrected[0]) < 4 * corrected[1]    # the corrected one does not, within 4 standard errors
 
 
-@pytest.mark.parametrize("kw, name", [(dict(q0=(1.0, 1.0, 2.0)), "q12"), (dict(q0=(1.0, 2.0)), "q0"),
+@pytest.mark.parametrize("kw, name", [(dict(q0=(1.0, 1.0, 2.0)), "'q0'"), (dict(q0=(1.0, 2.0)), "q0"),
                                       (dict(depth=0), "depth"), (dict(sigma_w2=-1.0), "sigma_w2")])
 def test_bad_input_names_the_parameter(kw, name):
     args = dict(act="relu", sigma_w2=2.0, sigma_b2=0.0, depth=3)
@@ -188,7 +188,7 @@ def test_cli_gram_json_and_bad_input(capsys, tmp_path):
     np.testing.assert_allclose(np.array(out["cov_aa_aa"]) / np.array(out["K_aa"]) ** 2, 5 * l + 2, rtol=1e-12)
     assert main(["gram", "relu", "--sigma-w2", "2", "--sigma-b2", "0", "--width", "100", "--q0", "1,1,3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "q12" in err[0]
+    assert len(err) == 1 and "'q0'" in err[0]
     png = tmp_path / "g.png"
     assert main(["gram", "relu", "--sigma-w2", "2", "--sigma-b2", "0", "--depth", "3", "--width", "50",
                  "--n-networks", "20", "--plot", str(png)]) == 0

@@ -6,6 +6,7 @@ Oracles: exact moments (E[u^4] = 3 q^2, E[(-u)(-v)] = q12, relu V = q/2), and mp
 defining integrals (V(q) = E[phi(sqrt(q) z)^2] and its q-derivative, the EOC equations).
 """
 import importlib
+import re
 
 import mpmath as mp
 import pytest
@@ -182,3 +183,32 @@ def test_map_overflow_is_an_error_and_dps_gives_the_exact_value(capsys):
     code, out, err = _run(capsys, "map", "relu", "--q", "1e308", "--sigma-w2", "4", "--dps", "20")
     assert code == 0, err                                          # relu: V(q) = q/2, so q_map = 2e308
     assert mp.mpf(dict(line.split() for line in out.splitlines())["q_map"]) == 2 * mp.mpf("1e308")
+
+
+# ---------------------------------------------------------------- issue 28 item 9: one short line
+@pytest.mark.parametrize("formula, says", [
+    ("tan(erf(3)*softplus(x))", "has a pole on the real line at x = 1.3378, a zero of cos("),
+    ("sech(1e300)+tanh(x)", "the constant sech(1e+300) = 10^(-4.34294e+299) is outside the allowed magnitudes"),
+    ("tan(10**30*softplus(x))", "has a pole on the real line at x = "),
+])
+def test_complex_and_huge_values_are_one_short_line(capsys, tmp_path, formula, says):
+    """Was "Cannot convert complex to float" (solveset's image set of the poles holds complex members)
+    and a 300-digit exponent inside the message."""
+    calls = (sf.activation, sf.kernel, lambda f: sf.q_map(f, 1.5, 0.1, 1.0), lambda f: sf.propagate(f, 1.5, 0.1, 3))
+    for call in calls:
+        with pytest.raises(ValueError) as info:
+            call(formula)
+        msg = str(info.value)
+        assert says in msg and repr(formula) in msg and "\n" not in msg, msg
+        assert not re.search(r"\d{21}", msg), msg
+    code, _, err = _run(capsys, "derive", formula, "-o", str(tmp_path / "d.tex"))
+    _one_line_error(code, err)
+    assert says in err and not re.search(r"\d{21}", err)
+
+
+def test_exact_pole_of_a_composition_with_softplus():
+    """x = log(e^(pi/(2 erf 3)) - 1), the real member of solveset's image set, is the pole."""
+    with pytest.raises(ValueError) as info:
+        sf.activation("tan(erf(3)*softplus(x))")
+    at = float(re.search(r"x = ([-0-9.e]+)", str(info.value)).group(1))
+    assert at == pytest.approx(float(mp.log(mp.exp(mp.pi / (2 * mp.erf(3))) - 1)), rel=1e-5)

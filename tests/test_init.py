@@ -187,10 +187,20 @@ def test_record_torch_feeds_diagnose():
     for _ in range(4):
         layers += [sf.init.torch_(torch.nn.Linear(256, 256), "relu"), torch.nn.ReLU()]
     model = torch.nn.Sequential(*layers[:-1])
+    x = torch.randn(4, 256, dtype=torch.float32)
     with sf.init.record_torch(model) as acts:
-        model(torch.randn(4, 256, dtype=torch.float32))
-    d = sf.init.diagnose(acts, "relu", 2.0, 0.0)
-    assert len(acts) == 4 and d.ok, d.table()
+        model(x)
+    # the recording is the forward pass itself: each Linear's output, recomputed by hand in float64
+    h = x.double().numpy()
+    for i, lin in enumerate(model[::2]):
+        h = (np.maximum(h, 0) if i else h) @ lin.weight.detach().double().numpy().T + lin.bias.detach().double().numpy()
+        assert np.allclose(acts[i], h, rtol=1e-5, atol=1e-5)
+    assert not model[0]._forward_hooks            # hooks removed on exit
+    # 4 layers x 3 statistics: at z = 2 some 2-sigma excursion is likely (seed 0 has one at layer 3),
+    # so the band is z = 4 here; the wrong theory (sigma_w2 = 2.6) is still far outside it
+    d = sf.init.diagnose(acts, "relu", 2.0, 0.0, z=4)
+    assert len(acts) == 4 and d.ok is True, d.table()
+    assert sf.init.diagnose(acts, "relu", 2.6, 0.0, z=4).ok is False
 
 
 # ---------------------------------------------------------------- diagnose
@@ -240,3 +250,84 @@ def test_diagnose_tanh_two_inputs_bands():
     d = sf.init.diagnose(hs, "tanh", sw, TANH_SB)
     assert d.ok, d.table()
     assert not sf.init.diagnose(hs, "tanh", 1.5 * sw, TANH_SB).ok
+
+
+# ---------------------------------------------------------------- issue 28: honest diagnose, clear errors
+def _relu_layers(seed=0, depth=4, width=256, P=4):
+    rng = np.random.default_rng(seed)
+    hs, h = [], rng.standard_normal((P, width))
+    for layer in range(depth):
+        h = (np.maximum(h, 0) if layer else h) @ rng.standard_normal((width, width)) * sf.init.std("relu", width)
+        hs.append(h)
+    return hs
+
+
+def test_diagnose_flags_a_nan_layer():
+    """Once ok=True and '0 of 4 layers outside the band' with a NaN layer; now the layer is flagged, with a reason."""
+    hs = _relu_layers()
+    assert sf.init.diagnose(hs, "relu", 2.0, 0.0).ok is True
+    hs[2] = np.full_like(hs[2], np.nan)
+    d = sf.init.diagnose(hs, "relu", 2.0, 0.0)
+    assert d.ok is False and d.status.tolist() == [0, 0, 2, 0] and d.flags.tolist() == [False, False, True, False]
+    assert "q = nan is not finite" in d.reasons[2] and d.reasons[0] == ""
+    assert "NON-FINITE" in d.table() and "1 non-finite" in d.table()
+
+
+def test_diagnose_without_bands_is_inconclusive():
+    """bands=False compares nothing: ok is None (once True, even for relu theory on tanh data)."""
+    hs = _relu_layers()
+    d = sf.init.diagnose(hs, "relu", 2.0, 0.0, bands=False)
+    assert d.ok is None and (d.status == 3).all() and "inconclusive" in d.table()
+    assert sf.init.diagnose([np.tanh(h) for h in hs], "relu", 2.0, 0.0, bands=False).ok is None
+    hs[1][0, 0] = np.inf                     # a non-finite measurement is flagged even without a band
+    assert sf.init.diagnose(hs, "relu", 2.0, 0.0, bands=False).ok is False
+
+
+def test_diagnose_non_finite_first_layer_names_activations():
+    hs = _relu_layers()
+    hs[0] = np.full_like(hs[0], np.nan)
+    with pytest.raises(ValueError, match="'activations' parameter of init.diagnose must be finite in layer 1"):
+        sf.init.diagnose(hs, "relu", 2.0, 0.0)
+
+
+@pytest.mark.parametrize("call, exc, needle", [
+    (lambda: sf.init.kernel_fan_in((2.5, 3)), TypeError, "'shape'"),            # once silently 2
+    (lambda: sf.init.kernel_fan_in((0, 4)), ValueError, "fan_in"),             # once 0
+    (lambda: sf.init.kernel_fan_in((3, -1)), ValueError, "'shape'"),
+    (lambda: sf.init.from_nt(1e200), ValueError, "'W_std'"),                    # once sigma_w2 = inf
+    (lambda: sf.init.from_nt(1.0, 1e200), ValueError, "'b_std'"),
+])
+def test_bad_shapes_and_overflow_are_one_line_errors(call, exc, needle):
+    with pytest.raises(exc) as e:
+        call()
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_from_nt_largest_std_is_finite():
+    assert math.isfinite(sf.init.from_nt(sf.init.MAX_STD).sigma_w2)
+    assert math.isinf(math.nextafter(sf.init.MAX_STD, math.inf) * math.nextafter(sf.init.MAX_STD, math.inf))
+
+
+def test_jax_zero_fan_in_is_a_one_line_error():
+    jax = pytest.importorskip("jax")
+    with pytest.raises(ValueError, match="'shape' parameter of init.jax must have fan_in"):
+        sf.init.jax("relu")(jax.random.PRNGKey(0), (0, 4))       # once "float division by zero"
+
+
+def test_torch_refuses_what_it_cannot_initialise():
+    """Once ZeroDivisionError (zero fan-in) and AttributeError (LayerNorm, Embedding, Sequential)."""
+    torch = pytest.importorskip("torch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")              # torch: "Initializing zero-element tensors is a no-op"
+        cases = [(torch.nn.Linear(0, 4), ValueError, "fan_in >= 1"), (torch.empty(4, 0), ValueError, "fan_in >= 1"),
+                 (torch.nn.Conv2d(3, 4, (0, 3)), ValueError, "fan_in >= 1"),
+                 (torch.nn.LayerNorm(4), TypeError, "Got a module of type LayerNorm"), (torch.nn.Embedding(10, 4), TypeError, "Embedding"),
+                 (torch.nn.Sequential(torch.nn.Linear(3, 3)), TypeError, "model.modules()"),
+                 ("weights", TypeError, "Got an object of type str")]
+    for obj, exc, needle in cases:
+        with pytest.raises(exc) as e:
+            sf.init.torch_(obj, "relu")
+        msg = str(e.value)
+        assert "'module_or_tensor' parameter of init.torch_" in msg and needle in msg and "\n" not in msg, msg
+    lin = sf.init.torch_(torch.nn.Linear(3, 3, bias=False), "relu")     # no bias: still fine
+    assert lin.bias is None

@@ -106,6 +106,33 @@ def test_chunk_size_follows_measured_time():
     assert P._next_chunk(5, 10.0) == 1
 
 
+def test_first_chunk_is_small_and_later_ones_follow_the_clock(monkeypatch):
+    """Ctrl-C waits for at most the chunk under way: the first compiled call does CHUNK_WORK point-layers
+    (not the old 2e6, ~1-2 s per point, 4 s under load), later ones about CHUNK_SECONDS by the measured
+    rate (a fake kernel taking 2^-20 s ~ 1 us per point-layer on a fake clock: exact in binary), growing at
+    most 8x per chunk."""
+    now, stops = [0.0], []
+    n, depth = 4, 10**6
+
+    def kernel(*a):
+        lo, stop, cs, status = int(a[13][a[13] > 0].min()), a[7], a[13], a[-2]
+        stops.append(stop)
+        now[0] += (stop - lo + 1) * n * 2.0 ** -20
+        act = cs > 0
+        status[act] = P.PAUSED if stop < depth else P.OK
+        cs[act] = stop + 1
+    monkeypatch.setattr(P, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: now[0])}))
+    out, status, last = P._outputs(1, n, False, depth)
+    start, st = np.ones(n, dtype=np.int64), [np.zeros(n) for _ in range(4)]
+    P._recurse(kernel, (np.ones(n), np.zeros(n), 1.0, 1.0, 0.0, 2.0), depth, np.array([1]), (0.0, False, False, None),
+               start, st, out, status, last)
+    sizes = np.diff([0] + stops)
+    assert P.CHUNK_WORK <= 5e4 and sizes[0] == int(P.CHUNK_WORK / n)       # ~0.02-0.05 s of work
+    steady = int(P.CHUNK_SECONDS / (n * 2.0 ** -20))
+    assert sizes[1] == min(8 * sizes[0], steady) and sizes[2] == min(64 * sizes[0], steady)
+    assert (sizes[3:-1] == steady).all() and stops[-1] == depth and (status == P.OK).all()
+
+
 CHILD = """
 import signal, sys, time
 # a user's interpreter: the default Ctrl-C handler, SIGINT not blocked. A child inherits both its signal

@@ -245,4 +245,4 @@ def test_sigint_during_a_long_propagate_output(tmp_path, delay):
     else:
         assert p.returncode == 0, err
         with np.load(path) as z:
-            assert z["q"].size == 3000000 and sorted(z.files) >= ["c", "gamma", "layer", "q"]
+            assert z["q"].size == 3000000 and set(z.files) >= {"c", "gamma", "layer", "q"}   # a superset

@@ -2,7 +2,8 @@
 
 Oracles: the manifest's sha256 against the files' bytes; each shipped table against quadrature of the
 defining integral written here from phi alone (mpmath, tests/oracles.py), at seeded random points;
-a damaged shipped file is ignored (one warning) and the table built instead.
+a damaged, edited or unlisted shipped file is refused against the manifest (one warning naming it) and
+the table built instead.
 """
 import hashlib
 import json
@@ -18,6 +19,7 @@ from conftest import TOL
 from symfield.numeric import shipped, table1d, tables
 from symfield.reports.ship_tables import MANIFEST, kernel_of
 from symfield.theory.fixedpoint import shipped_1d_name
+from test_cache_hostile import qstar_tanh  # noqa: F401  (mpmath oracle of tanh's q*)
 
 MAN = json.loads((shipped.DATA / MANIFEST).read_text())
 SPECS = sorted({e["act"] for e in MAN.values()})
@@ -78,6 +80,7 @@ def test_damaged_shipped_table_is_ignored_and_built(tmp_path):
     K = kernel_of(spec)
     data = tmp_path / "data" / "tables"
     data.mkdir(parents=True)
+    shutil.copy(shipped.DATA / MANIFEST, data.parent / MANIFEST)
     src = shipped.DATA / "tables" / tables.ship_name(K)
     bad = data / src.name
     shutil.copy(src, bad)
@@ -92,9 +95,11 @@ def test_damaged_shipped_table_is_ignored_and_built(tmp_path):
             f"T = tables.table(kernel_of({spec!r}))\n"
             "print('shipped' in T.info, T.C(1.0, 1.0, 0.3))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                       env={**__import__("os").environ, "SYMFIELD_CACHE": str(tmp_path / "cache")})
+                       env={**__import__("os").environ, "SYMFIELD_CACHE": str(tmp_path / "cache"),
+                            "SYMFIELD_KEY_DIR": str(tmp_path / "key")})
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("shipped table ignored") == 1
+    assert "does not match the sha256 in its manifest" in r.stderr and str(bad) in r.stderr, r.stderr
     used, C = r.stdout.split()
     assert used == "False"
     # relu+max2 at c = 0.3 (q = 1): E[max(u1,u2) max(v1,v2)] by the float64 argmax decomposition
@@ -102,3 +107,49 @@ def test_damaged_shipped_table_is_ignored_and_built(tmp_path):
     ref = max2_C(lambda t: np.maximum(t, 0.0), 1.0, 1.0, 0.3)
     assert math.isclose(float(C), ref, rel_tol=0, abs_tol=1e-11)
     assert bad.read_bytes() == before
+
+
+def _scaled_and_resaved(path, manifest):
+    """The issue's forgery: coefficients x 1.5, re-saved with save_checked_npz (hash and seal consistent)."""
+    from symfield.core.files import load_npz, save_checked_npz
+    z = {k: v for k, v in load_npz(path).items() if k not in ("sha256", "mac")}
+    z["coef"] = z["coef"] * 1.5
+    save_checked_npz(path, z)
+
+
+def _unlisted(path, manifest):
+    """An extra file the manifest does not list (here: the listed one's entry removed)."""
+    entries = json.loads(manifest.read_text())
+    del entries[f"{path.parent.name}/{path.name}"]
+    manifest.write_text(json.dumps(entries))
+
+
+SHIPPED_ATTACKS = {"edited": (_scaled_and_resaved, "does not match the sha256 in its manifest"),
+                   "unlisted": (_unlisted, "not listed in MANIFEST.json")}
+
+
+@pytest.mark.parametrize("attack", sorted(SHIPPED_ATTACKS))
+def test_edited_or_unlisted_shipped_1d_table_is_refused(tmp_path, attack, qstar_tanh):
+    """tanh's shipped table of V, edited (with a consistent content hash) or not in the manifest: refused
+    with one warning naming it, never rewritten; the table is built and q* is right (mpmath oracle)."""
+    data = tmp_path / "data"
+    shutil.copytree(shipped.DATA, data)
+    K = kernel_of("tanh")
+    target = data / "tables1d" / table1d.ship_name(shipped_1d_name(K, "V"))
+    damage, why = SHIPPED_ATTACKS[attack]
+    damage(target, data / MANIFEST)
+    before = target.read_bytes()
+    code = ("import warnings; warnings.simplefilter('always')\n"
+            "import pathlib\n"
+            "from symfield.numeric import shipped\n"
+            f"shipped.DATA = pathlib.Path({str(data)!r})\n"
+            "import symfield as sf\n"
+            "print(repr(sf.q_star('tanh', 1.5, 0.1)))\n")
+    env = {**__import__("os").environ, "SYMFIELD_CACHE": str(tmp_path / "cache"), "SYMFIELD_KEY_DIR": str(tmp_path / "key")}
+    env.pop("SYMFIELD_SHIPPED", None)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr
+    assert abs(float(r.stdout) - qstar_tanh) <= TOL["identity"] * qstar_tanh, (r.stdout, qstar_tanh)
+    got = [line for line in r.stderr.splitlines() if "CacheWarning" in line]
+    assert len(got) == 1 and str(target) in got[0] and "shipped 1-D table ignored" in got[0] and why in got[0], r.stderr
+    assert target.read_bytes() == before

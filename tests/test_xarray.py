@@ -205,3 +205,42 @@ def test_every_file_records_provenance(tmp_path, suffix):
     assert abs((datetime.datetime.now(datetime.timezone.utc) - when).total_seconds()) < 600
     assert set(prov["versions"]) == {"symfield", "python", "numpy", "sympy", "mpmath", "numba", "xarray"}
     assert prov["versions"]["symfield"] == __version__ and prov["versions"]["numpy"] == np.__version__
+
+
+# ---------------------------------------------------------------- issue 28: Jacobian and diagnose results
+def test_jacobian_spectrum_to_xarray():
+    r = sf.jacobian_spectrum("relu", 2.0, 0.0, 2, weights="orthogonal")     # atoms {0: 1/2, 4: 1/2}
+    ds = r.to_xarray()
+    assert ds["atom_x"].dims == ("atom",) and ds["atom_x"].values.tolist() == [0.0, 4.0]
+    assert ds["atom_mass"].values.tolist() == [0.5, 0.5] and ds["moments"].dims == ("moment",)
+    np.testing.assert_array_equal(ds["moments"].values, [4.0 ** k / 2 for k in range(1, 7)])
+    assert ds["status"].dims == () and int(ds["status"]) == 3 and ds["q"].dims == ("layer",)
+    a = ds["status"].attrs
+    assert dict(zip(a["flag_values"].tolist(), a["flag_meanings"].split()))[3] == "atom_at_0_condition_infinite"
+    assert ds.attrs["weights"] == "orthogonal" and ds.attrs["depth"] == 2
+    _labelled(ds)
+    t = sf.jacobian_spectrum("tanh", 1.2, 0.05, 3, dps=20)
+    ds = t.to_xarray()
+    assert ds["pdf"].dims == ("x",) and ds["x"].size == len(t.x) and ds["moments_mp"].values[0].startswith("0.41696")
+    np.testing.assert_array_equal(ds["pdf"].values, t.pdf)
+    _labelled(ds)
+
+
+def test_isometry_diagram_and_diagnosis_to_xarray(tmp_path):
+    d = sf.isometry_diagram("tanh", [0.01, 1.0], [0.0, 0.1], 200)
+    ds = d.to_xarray()
+    assert ds["rel_var"].dims == ("sigma_w2", "sigma_b2") and ds["status"].dims == ("sigma_w2", "sigma_b2")
+    np.testing.assert_array_equal(ds["status"].values, d.status)
+    assert ds["status"].attrs["flag_meanings"].split()[4] == "moment_out_of_float64_range"
+    _labelled(ds)
+    rng = np.random.default_rng(0)
+    g = sf.init.diagnose([rng.standard_normal((3, 64)), rng.standard_normal((3, 64))], "relu", 2.0, 0.0, bands=False)
+    dg = g.to_xarray()
+    assert dg["q"].dims == ("layer",) and dg["status"].values.tolist() == [3, 3]
+    assert dg["status"].attrs["flag_meanings"].split()[3] == "not_compared" and dg.attrs["z"] == 2.0
+    _labelled(dg)
+    for i, obj in enumerate((d, g, sf.jacobian_spectrum("relu", 2.0, 0.0, 2, weights="orthogonal"))):
+        path = tmp_path / f"j{i}.nc"
+        save_result(path, obj)
+        with xr.open_dataset(path) as f:
+            xr.testing.assert_equal(f, obj.to_xarray())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 RANGE_W, RANGE_B = "0.1:4:256", "0:0.2:256"    # the default grid, start:stop:num as everywhere
 
@@ -31,7 +32,8 @@ def add_parser(sub):
     p.add_argument("--quick", action="store_true", help="small sizes: 32x32 grid, depth 20, 4x4 GH sub-grid, "
                                                          "2 SciPy samples, 3 mpmath checks at dps 15, 2 trajectories")
     p.add_argument("--json", action="store_true", help="machine-readable output on standard output")
-    p.add_argument("-o", "--output", metavar="PATH", help="also write the JSON report to PATH (atomic)")
+    p.add_argument("-o", "--output", metavar="PATH", help="also write the JSON report to PATH, a .json file in an "
+                                                         "existing directory (atomic)")
     cold = p.add_argument_group("cold suite (cold-start targets, each row in a new process with an empty cache)")
     cold.add_argument("--suite", choices=["cold"], help="run a benchmark suite instead of the propagate comparison")
     cold.add_argument("--rows", metavar="NAMES", help="comma-separated rows of the suite (default: all; "
@@ -79,8 +81,16 @@ def _grid(args):
     return w[:2], b[:2], grid
 
 
+def _output(args):
+    """-o/--output checked before any work, like every command's output (symfield.io.output.writable)."""
+    if args.output:
+        from symfield.cli.common import writable
+        writable(args.output, "-o/--output", (".json",))
+
+
 def cli(args):
     """``symfield bench``: run the benchmark, print its report (or --json)."""
+    _output(args)
     if args.suite == "cold":
         return _cold(args)
     for opt, val in (("rows", args.rows), ("timeout", args.timeout), ("warm", args.warm or None)):
@@ -114,8 +124,9 @@ def _cold(args):
             print(f"{r.name:24s} target {r.target:g} s ({r.metric})  {r.case}")
         return 0
     rows = bc.select(args.rows)
-    if args.timeout is not None and not args.timeout > 0:
-        raise ValueError(f"The '--timeout' option of bench must be > 0 seconds. Got {args.timeout!r} instead.")
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise ValueError(f"The '--timeout' option of bench must be a finite number of seconds > 0. "
+                         f"Got {args.timeout!r} instead.")
     results = bc.run(rows, timeout=args.timeout, warm=args.warm)
     if args.output:
         bc.write_json(results, args.output)

@@ -54,11 +54,12 @@ def _files(args):
     return out, plot
 
 
-def _emit(args, out, data, coords, params, dims=None, dps=None, summary=None):
-    """Write the table to ``out`` (or as CSV to stdout); under --json print summary + params instead."""
+def _emit(args, out, data, coords, params, dims=None, dps=None, summary=None, var_attrs=None):
+    """Write the table to ``out`` (or as CSV to stdout); under --json print summary + params instead.
+    ``var_attrs`` (name -> CF attributes, e.g. a status variable's flag_meanings) go to the .nc file."""
     from symfield.io.output import save
     if out is not None:
-        save(out, data, coords, params, dims, dps)
+        save(out, data, coords, params, dims, dps, var_attrs=var_attrs)
     if args.json:
         print(_json({"params": params, **(summary or {}), "output": str(out) if out else None}, dps))
     else:
@@ -423,7 +424,7 @@ def cmd_simulate(args):
 def cmd_gram(args):
     import numpy as np
 
-    from symfield.theory.gram import gram_fluctuations
+    from symfield.theory.gram import STATUS_NAMES, gram_fluctuations, status_attrs
     out, plot = _files(args)
     try:
         q0 = tuple(float(v) for v in args.q0.split(","))
@@ -440,6 +441,7 @@ def cmd_gram(args):
             **{f"cov_{a}_{b}": cov[:, i, j] for i, j, a, b in ((0, 0, "aa", "aa"), (1, 1, "bb", "bb"), (2, 2, "ab", "ab"),
                                                                   (0, 1, "aa", "bb"), (0, 2, "aa", "ab"), (1, 2, "bb", "ab"))},
             "c": g.c, "c_mean": g.c_mean(n), "c_sd": np.array([v ** 0.5 for v in g.c_var(n)], dtype=g.K.dtype),
+            "one_minus_c": g.one_minus_c, "one_minus_c_mean": g.one_minus_c_mean(n),
             "gamma": g.gamma, "gamma_mean": g.gamma_mean(n),
             "gamma_sd": np.array([v ** 0.5 for v in g.gamma_var(n)], dtype=g.K.dtype), "status": g.status}
     if plot is not None:
@@ -451,13 +453,20 @@ def cmd_gram(args):
                            residual=args.residual, inputs=_two_inputs(q0))
         plots.gram_bands(g, sim, width=n, path=plot)
     _emit(args, out, data, {"layer": g.layers}, _params(args, derivatives=g.moments.methods["derivatives"]),
-          dps=args.dps, summary={"layer": g.layers, **data, "plot": str(plot) if plot else None})
-    bad = _check(args, {k: np.asarray(v, float) for k, v in data.items()}, "non-finite values (status column)")
+          dps=args.dps, summary={"layer": g.layers, **data, "plot": str(plot) if plot else None},
+          var_attrs={"status": status_attrs(np.asarray(g.status).dtype)})
+    at_one = np.asarray(g.status) == 3      # c = 1 in float64 terms: gamma inf and gamma_sd undefined by design
+    bad = _check(args, {k: np.asarray(v, float)[~at_one] if k.startswith("gamma") else np.asarray(v, float)
+                        for k, v in data.items()}, "non-finite values (status column)")
     if bad or not (g.status != 0).any():
         return bad
-    return _incomplete(args, f"{int((g.status != 0).sum())} layer(s) flagged in the status column "
-                             "(1: a numeric derivative's or the residual pair rule's error estimate "
-                             "above its tolerance)")
+    meaning = {1: "an error estimate above its tolerance (numeric derivatives, the residual pair rule, or "
+                  "(aa, bb, ab) ingredients where 1 - c is too small for them; try --dps)",
+               2: "non-finite", 3: "c = 1 in float64 terms (identical inputs, or 1 - c below 1e-150): gamma = inf, "
+                                   "gamma_sd undefined; the Gram entries and covariances are accurate"}
+    counts = [f"{int((g.status == s).sum())} with status {s} ({STATUS_NAMES[s]}: {meaning[s]})"
+              for s in (1, 2, 3) if (g.status == s).any()]
+    return _incomplete(args, "layers flagged in the status column: " + "; ".join(counts))
 
 
 def _two_inputs(q0, d=64):
@@ -484,7 +493,7 @@ def _spectrum_summary(spec, dps):
     m = spec.moments
     mf = [float(v) for v in m]
     return {**{f"m{k}": v for k, v in enumerate(m, 1)}, "var": spec.var,
-            "rel_var": spec.var / mf[0] ** 2 if mf[0] else float("nan"),
+            "rel_var": spec.rel_var,
             "support": list(spec.support), "atoms": [list(a) for a in spec.atoms], "condition": spec.condition,
             "checks": {k: float(v) for k, v in spec.checks.items()}, "status": int(spec.status),
             "status_text": spec.message}
@@ -547,7 +556,9 @@ def _isometry_blocks(act, sw, sb, depth, weights, q0):
     from symfield.theory.jacobian import isometry_diagram
     blocks = np.array_split(np.arange(sb.size), min(sb.size, 20))
     parts = [isometry_diagram(act, sw, sb[j], depth, weights, q0) for j in _bar(blocks, "isometry")]
-    joined = {n: np.concatenate([getattr(p, n) for p in parts], axis=1) for n in ("m1", "m2", "rel_var", "status")}
+    joined = {n: np.concatenate([getattr(p, n) for p in parts], axis=1)
+              for n in ("m1", "m2", "rel_var", "status", "errors")}
+    joined["error"] = joined.pop("errors")
     return dataclasses.replace(parts[0], sigma_b2=sb, **joined)
 
 
@@ -573,10 +584,12 @@ def _jacobian_map(args):
     summary = {"grid": [int(sw.size), int(sb.size)], "sigma_w2": sw, "sigma_b2": sb, "m1": d.m1,
                "rel_var": d.rel_var, "most_isometric": best, "plot": str(plot) if plot else None}
     _emit(args, out, data, {"sigma_w2": sw, "sigma_b2": sb}, _params(args), summary=summary)
-    flagged = int((d.status != 0).sum())
-    if flagged:
-        return _incomplete(args, f"{flagged} of {d.status.size} grid points have a non-finite moment (status 4): "
-                                 "use smaller sigma_w2 or depth")
+    failed, out_of_range = int((d.status == 5).sum()), int((d.status == 4).sum())
+    if failed or out_of_range:
+        first = d.errors[d.status == 5][0] if failed else ""
+        parts = ([f"{out_of_range} have m1 or m2 outside the float64 range (status 4; rel_var is still given)"]
+                 if out_of_range else []) + ([f"{failed} could not be computed (status 5: {first})"] if failed else [])
+        return _incomplete(args, f"of {d.status.size} grid points, {' and '.join(parts)}")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Files on disk: the cache location, atomic writes and the one .npz writer.
+"""Files on disk: the cache location, atomic writes, the one .npz writer and the one authentication helper.
 
 Every file symfield writes goes to a temporary file in the target's directory and is renamed
 into place (os.replace), so a reader -- another process, a resumed run, a user after Ctrl-C --
@@ -6,16 +6,40 @@ sees either the old file or the new one, never a partial one. ``.npz`` archives 
 byte-stable: members in sorted order with fixed timestamps, so the same arrays give the same
 bytes (sweep chunks, tables and CLI outputs compare by content).
 
-The cache is treated as a hostile disk: every cached file carries a content hash that is checked
-before use (generated modules: the sha256 in their name; tables: a ``sha256`` member over the other
-members, :func:`save_checked_npz` / :func:`load_checked_npz`). A file that fails its check or cannot be
-read is moved aside (:func:`quarantine`, one :class:`CacheWarning`) and rebuilt. A cache location that
-cannot be written falls back to a per-process temporary directory (:func:`cache_dir`, one warning).
+The cache is treated as a hostile disk. Threat model: another local user, or a process of this user
+that can write the cache directory but not this user's key (a sandbox, a shared or mounted cache). Nothing
+read from the cache is parsed into code or objects before :func:`authenticate` has accepted it:
+
+- generated modules (numeric.codegen): the sha256 of the bytes against the digest in the file name, which
+  the loader computes from the source it generated itself;
+- shipped tables (numeric.shipped): the sha256 of the file against ``symfield/data/MANIFEST.json``, before
+  the file is parsed;
+- cached tables (:func:`save_checked_npz` / :func:`load_checked_npz`): a member ``sha256`` over the other
+  members (damage) and a member ``mac``, an HMAC-SHA256 of that digest and the file's name under this
+  user's key (forgery; the name binds a table to what it tabulates, so a signed file copied under another
+  name is refused too);
+- numba's cache files (pickles: unpickling one runs code): the sha256 of each file against a record that is
+  itself sealed with the key (numeric.codegen).
+
+The key (:func:`seal`) is 32 random bytes in ``$SYMFIELD_KEY_DIR/cache.key`` (default
+``${XDG_CONFIG_HOME:-~/.config}/symfield``), created on first use with mode 0600 in a 0700 directory,
+outside the cache. A key file that is not a regular file owned by this user with no group/other access, or
+whose directory others can write, is not used. Where no key can be read or created, this process signs
+with a random per-process key and uses a per-process temporary cache (:func:`cache_dir`, one warning):
+files from other processes are then neither trusted nor disturbed. What this does not protect against:
+a process that can read the key (anything running as this user outside a sandbox can also edit the
+installed package), and swaps inside the window between a check and the read that follows it, which
+numba's private cache directory closes for other users (numeric.codegen).
+
+A file that fails its check or cannot be read is moved aside (:func:`quarantine`, one :class:`CacheWarning`)
+and rebuilt. A cache location that cannot be written falls back to a per-process temporary directory
+(:func:`cache_dir`, one warning).
 """
 from __future__ import annotations
 
 import atexit
 import hashlib
+import hmac
 import io
 import os
 import shutil
@@ -65,7 +89,7 @@ def _configured() -> Path:
     return Path(xdg) / "symfield" / "codegen"
 
 
-_USABLE: dict = {}   # configured location -> the directory used by this process
+_USABLE: dict = {}   # (configured location, key directory) -> the directory used by this process
 
 
 def cache_dir() -> Path:
@@ -73,25 +97,131 @@ def cache_dir() -> Path:
     modules; the tables live in its ``tables/`` and ``tables1d/`` subfolders.
 
     Probed once per process (create it, write and remove a file): a location that cannot be written
-    (read-only, SYMFIELD_CACHE naming a file, ...) is replaced by a per-process temporary directory
-    (removed at exit), with one :class:`CacheWarning`."""
+    (read-only, SYMFIELD_CACHE naming a file, ...), or a process without a usable key (:func:`seal`), gets a
+    per-process temporary directory instead (removed at exit), with one :class:`CacheWarning`."""
     want = _configured()
-    got = _USABLE.get(want)
+    got = _USABLE.get((want, _key_dir()))
     if got is None:
-        try:
-            want.mkdir(parents=True, exist_ok=True)
-            fd, probe = tempfile.mkstemp(dir=want, prefix=".probe.", suffix=".tmp")
-            os.close(fd)
-            os.unlink(probe)
-            got = want
-        except OSError as err:
+        no_key = _key()[1]
+        if no_key:
+            why = f"no usable key to authenticate cached files ({no_key}); signing with a per-process key"
+        else:
+            try:
+                want.mkdir(parents=True, exist_ok=True)
+                fd, probe = tempfile.mkstemp(dir=want, prefix=".probe.", suffix=".tmp")
+                os.close(fd)
+                os.unlink(probe)
+                got = want
+            except OSError as err:
+                why = f"cache location cannot be written ({err.strerror or err})"
+        if got is None:
             tmp = tempfile.mkdtemp(prefix="symfield-cache-")
             atexit.register(shutil.rmtree, tmp, ignore_errors=True)
             got = Path(tmp) / "codegen"
             got.mkdir()
-            warn(f"cache location cannot be written ({err.strerror or err}); using {got} for this process", want)
-        _USABLE[want] = got
+            warn(f"{why}; using {got} for this process", want)
+        _USABLE[(want, _key_dir())] = got
     return got
+
+
+# ----------------------------------------------------------------------------- authentication
+KEY_BYTES = 32
+KEY_NAME = "cache.key"
+_KEYS: dict = {}      # key directory -> (key, why it is a per-process key or "")
+
+
+def _key_dir() -> Path:
+    d = os.environ.get("SYMFIELD_KEY_DIR")
+    if d:
+        return Path(d).expanduser()
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(xdg) / "symfield"
+
+
+def check_private(st, what: str, forbidden: int = 0o022) -> None:
+    """CacheError unless ``st`` (an os.stat result) is owned by this user with none of the ``forbidden``
+    mode bits (default: writable by group or others). No-op where there are no owners (Windows)."""
+    if not hasattr(os, "geteuid"):
+        return
+    if st.st_uid != os.geteuid():
+        raise CacheError(f"{what} is owned by uid {st.st_uid}, not by this user")
+    if st.st_mode & forbidden:
+        rule = "readable or writable by group or others" if forbidden & 0o044 else "writable by group or others"
+        raise CacheError(f"{what} has mode {st.st_mode & 0o777:04o}: it must not be {rule}")
+
+
+def _new_key(path: Path) -> None:
+    """Write a random key to ``path`` (mode 0600) unless one exists: linked into place, so concurrent
+    creators agree on the first one and no reader sees a partial key."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".key.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(os.urandom(KEY_BYTES))
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+    finally:
+        os.unlink(tmp)
+
+
+def _read_key(folder: Path) -> bytes:
+    """This user's key in ``folder`` (created on first use); OSError or CacheError when it is unusable."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    check_private(folder.stat(), f"key directory {folder}")
+    path = folder / KEY_NAME
+    if not path.exists():
+        _new_key(path)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        check_private(st, f"key file {path}", 0o077)
+        key = fh.read(KEY_BYTES + 1)
+    if len(key) != KEY_BYTES:
+        raise CacheError(f"key file {path} holds {len(key)} bytes, not {KEY_BYTES}")
+    return key
+
+
+def _key() -> tuple:
+    """(key, "") from the key file, or (a random per-process key, why the file is unusable)."""
+    folder = _key_dir()
+    got = _KEYS.get(folder)
+    if got is None:
+        try:
+            got = (_read_key(folder), "")
+        except (OSError, CacheError) as err:
+            got = (os.urandom(KEY_BYTES), str(err) if isinstance(err, CacheError) else
+                   f"{err.filename or folder}: {err.strerror or err}")
+        _KEYS[folder] = got
+    return got
+
+
+def seal(data: bytes, purpose: str) -> str:
+    """HMAC-SHA256 (hex) of ``data`` under this user's key; ``purpose`` names what is sealed (the file), so
+    a seal is valid only for that file."""
+    return hmac.new(_key()[0], purpose.encode() + b"\0" + data, hashlib.sha256).hexdigest()
+
+
+def _same(a: str, b: str) -> bool:
+    """Constant-time comparison of two digests (b may be anything an attacker wrote)."""
+    return hmac.compare_digest(a.encode(), b.encode("utf-8", "replace"))
+
+
+def authenticate(data: bytes, purpose: str = "", *, mac=None, sha256=None, where: str = "its recorded sha256") -> None:
+    """Accept ``data`` or raise CacheError. With ``sha256`` (a digest, or a >= 20-digit prefix of one, from a
+    trusted source -- our own source text, the shipped manifest, a sealed record; ``where`` names it): its
+    sha256 must match. Otherwise ``mac`` must be :func:`seal` (data, purpose)."""
+    if sha256 is not None:
+        want = str(sha256)
+        if len(want) < 20 or not _same(hashlib.sha256(data).hexdigest()[:len(want)], want):
+            raise CacheError(f"content does not match {where}")
+        return
+    if mac is None:
+        raise CacheError("not authenticated (no mac: written by another program or an older symfield)")
+    if not _same(seal(data, purpose), str(mac)):
+        raise CacheError("not authenticated by this user's key (forged, or written by another user or key)")
 
 
 def npz_bytes(arrays: dict, compress: bool = True) -> bytes:
@@ -147,7 +277,7 @@ def save_npz(path, arrays: dict, *, compress: bool = True, durable: bool = True)
 
 
 def load_npz(path) -> dict:
-    """All arrays of an .npz file (no pickles)."""
+    """All arrays of an .npz file or file object (no pickles)."""
     with np.load(path, allow_pickle=False) as z:
         return {k: z[k] for k in z.files}
 
@@ -163,19 +293,33 @@ def arrays_sha256(arrays: dict) -> str:
 
 
 def save_checked_npz(path, arrays: dict) -> Path:
-    """:func:`save_npz` plus a member ``sha256`` = :func:`arrays_sha256` of the others."""
-    if "sha256" in arrays:
-        raise ValueError("save_checked_npz: 'sha256' is reserved for the content hash")
-    return save_npz(path, dict(arrays, sha256=np.array(arrays_sha256(arrays))))
+    """:func:`save_npz` plus the members ``sha256`` = :func:`arrays_sha256` of the others (damage) and
+    ``mac`` = :func:`seal` of that digest for this file's name (forgery, :func:`load_checked_npz`)."""
+    if "sha256" in arrays or "mac" in arrays:
+        raise ValueError("save_checked_npz: 'sha256' and 'mac' are reserved for the content hash and its seal")
+    digest = arrays_sha256(arrays)
+    return save_npz(path, dict(arrays, sha256=np.array(digest), mac=np.array(seal(digest.encode(), _purpose(path)))))
 
 
-def load_checked_npz(path) -> dict:
-    """The arrays of a :func:`save_checked_npz` file; CacheError when the hash is missing or differs
-    (reading errors -- OSError, BadZipFile, EOFError, ValueError, ... -- propagate)."""
-    arrays = load_npz(path)
-    stored = arrays.pop("sha256", None)
+def _purpose(path) -> str:
+    return f"npz {Path(path).name}"
+
+
+def load_checked_npz(path, sha256: str | None = None) -> dict:
+    """The arrays of a :func:`save_checked_npz` file, or CacheError: no content hash, a hash that differs,
+    no mac or one this user's key did not make. With ``sha256`` (the file's digest in a trusted manifest:
+    the shipped tables) the file's bytes are checked against it, before they are parsed, instead of the mac.
+    Reading errors (OSError, BadZipFile, EOFError, ValueError, ...) propagate."""
+    data = Path(path).read_bytes()
+    if sha256 is not None:
+        authenticate(data, sha256=sha256, where="the sha256 in its manifest")
+    arrays = load_npz(io.BytesIO(data))
+    stored, mac = arrays.pop("sha256", None), arrays.pop("mac", None)
     if stored is None:
         raise CacheError("no content hash")
-    if str(stored) != arrays_sha256(arrays):
+    digest = arrays_sha256(arrays)
+    if str(stored) != digest:
         raise CacheError("content does not match its sha256")
+    if sha256 is None:
+        authenticate(digest.encode(), _purpose(path), mac=None if mac is None else str(mac))
     return arrays

@@ -88,6 +88,57 @@ def covariance(func: str, q1, q2, q12):
              q12b if q12b.ndim == 0 else q12b[bad])
 
 
+GRAM_SLACK = 4e-16     # relative rounding allowance of |qab| <= sqrt(qa qb) (a few ulps)
+
+
+def input_gram(func: str, name: str, value, *, pair: bool = True):
+    """The one validator of input Gram matrices (norms |x|^2/n0 and overlaps x_a.x_b/n0).
+
+    ``pair=True``: a scalar q (read as (q, q, 0)) or three numbers (qa, qb, qab) with qa, qb finite
+    and > 0 and |qab| <= sqrt(qa qb) (1 + GRAM_SLACK); returns (qa, qb, qab) as floats (mpmath numbers are
+    returned as given, so a dps= computation can take them exactly).
+    ``pair=False``: one input, a scalar norm q > 0; returns q (float, or the mpf given).
+    TypeError for what is not real numbers of the right count, ValueError for values outside."""
+    rule = ("(qa, qb, qab): two input norms qa, qb > 0 and an overlap |qab| <= sqrt(qa*qb), or one norm q > 0"
+            if pair else "a finite float > 0 (an input norm |x|^2/n0)")
+    if isinstance(value, (str, bytes, bool, np.bool_)):
+        fail(func, name, rule, value, TypeError)
+    try:
+        arr = np.asarray(value, dtype=object)
+    except Exception:
+        fail(func, name, rule, value, TypeError)
+    if arr.ndim == 0 and pair:
+        arr = np.array([arr.item(), arr.item(), 0.0], dtype=object)
+    if (arr.shape != ((3,) if pair else ())) or not all(
+            isinstance(v, (numbers.Real, mpmath.mpf)) and not isinstance(v, (bool, np.bool_)) for v in arr.ravel()):
+        fail(func, name, rule, value, TypeError)
+    given = [v if isinstance(v, mpmath.mpf) else float(v) for v in arr.ravel()]
+    vals = [float(v) for v in given]
+    if not all(np.isfinite(vals)):
+        fail(func, name, rule + " (finite)", value)
+    if not pair:
+        if vals[0] <= 0:
+            fail(func, name, rule, value)
+        return given[0]
+    qa, qb, qab = vals
+    if qa <= 0 or qb <= 0:
+        fail(func, name, f"{rule}; the norms qa = {qa!r}, qb = {qb!r} must be > 0", value)
+    if abs(qab) > np.sqrt(qa * qb) * (1 + GRAM_SLACK):
+        fail(func, name, f"{rule}; here sqrt(qa*qb) = {float(np.sqrt(qa * qb))!r} (correlation in [-1, 1])", value)
+    return tuple(given)
+
+
+def variances_in_range(func: str, name: str, value, K, what="K"):
+    """Refuse (naming ``name`` = ``value``) a recursion whose layer variances ``K`` (float64, layer 1 first)
+    leave float64's normal range: below 2.2e-308 the maps are evaluated at 0 or lose every digit."""
+    K = np.asarray(K, dtype=float)
+    bad = np.flatnonzero(~(K >= np.finfo(float).tiny))
+    if bad.size:
+        l = int(bad[0])
+        fail(func, name, f"such that every layer variance stays a normal float64 ({what}^({l + 1}) = {float(K[l])!r} "
+                         "underflows here; use dps=N for mpmath, or larger variances)", value)
+
+
 MEMORY_FRACTION = 0.25   # arrays a call allocates up front may use at most this share of physical memory
 
 

@@ -11,13 +11,30 @@ Cache directory: ``$SYMFIELD_CACHE/codegen`` if SYMFIELD_CACHE is set, else
 ``${XDG_CACHE_HOME:-~/.cache}/symfield/codegen``. The file name carries a hash of the
 generated source (which contains the printed expressions) and of the symfield, numba,
 sympy and Python versions, so an edit to any of them gives a new file. Files are written
-atomically (temporary file + rename) and never rewritten once present, so numba's own
-on-disk cache (``__pycache__`` beside the generated file, keyed by its mtime) stays valid
-across processes. The cache is not trusted: before a module is imported the sha256 of its bytes
-is compared with the digest in its name and the very bytes checked are compiled (no ``.pyc``); a
-file that fails (tampered, truncated, empty, unreadable) is moved aside and rewritten from its
-source, and numba index/data files that cannot be unpickled are removed (numba recompiles), each
-with one :class:`symfield.core.files.CacheWarning`.
+atomically (temporary file + rename) and never rewritten once present.
+
+The cache is not trusted (threat model in :mod:`symfield.core.files`: another local user, or a process
+that can write the cache but not this user's key). Before a module is imported the sha256 of its bytes
+is compared with the digest in its name (which :func:`write_source` computed from the source it
+generated) and the very bytes checked are compiled (no ``.pyc``); a file that fails (tampered,
+truncated, empty, unreadable) is moved aside and rewritten from its source.
+
+numba's own cache (``njit(cache=True)``: an index ``.nbi`` and data ``.nbc`` per function in
+``__pycache__`` beside the module) consists of pickles, and unpickling runs code, so numba must read
+none that this user's symfield did not write. Every dispatcher of a loaded module is guarded
+(:func:`_guard`) before any is called: the sha256 of every byte numba writes is captured as numba writes
+it and kept in a record, ``<module>.nbsig``, sealed with the user's key (core.files.seal: an HMAC the
+attacker cannot make); right before numba reads a function's files (and before it saves, which reads the
+index first) each is checked against the record (:func:`_check_numba`). A file that is not recorded or
+differs -- planted, edited, left by an older symfield or a killed process -- makes all of the module's
+numba files go (one CacheWarning), and numba compiles afresh. Checks and writes of one module's files
+hold a lock (flock), so two processes never see each other's half-updated record. Why this is enough:
+the record cannot be forged without the key, a file that matches it holds the bytes numba wrote for
+this user, and only those are unpickled. The remaining gap is a swap between the check and numba's read
+(microseconds); against other users it is closed by the folder: ``__pycache__`` is created 0700 and
+numba's cache is used only when that folder and its parent are owned by the user and writable by no
+one else (else it is switched off for the module, one warning, and compiled code lives in memory). Not
+covered: a process that can read the key or write the package, and a same-user process racing that window.
 
 Only an allow-list of functions is printable (:data:`ALLOWED`); anything else raises
 NotImplementedError naming the function. Square-root radicands are clamped at 0 in the
@@ -43,9 +60,13 @@ from __future__ import annotations
 import glob
 import hashlib
 import importlib.util
-import pickle
+import json
+import os
 import re
 import sys
+import threading
+from contextlib import contextmanager
+from enum import IntEnum
 from importlib import metadata
 from pathlib import Path
 
@@ -53,7 +74,12 @@ import numpy as np
 import sympy as sp
 from sympy.printing.pycode import PythonCodePrinter
 
-from symfield.core.files import atomic_write, cache_dir, quarantine, warn
+try:
+    import fcntl
+except ImportError:      # pragma: no cover (Windows: no cross-process lock)
+    fcntl = None
+
+from symfield.core.files import CacheError, atomic_write, authenticate, cache_dir, check_private, quarantine, seal, warn
 from symfield.core.version import __version__
 from sympy.codegen.cfunctions import expm1
 
@@ -147,6 +173,20 @@ def step_functions(V, C, D):
 
 TINY = 2.2250738585072014e-308   # smallest normal float64: below it d has lost relative precision
 
+
+class Status(IntEnum):
+    """The per-point status codes of the compiled recursion (:data:`GRID_SOURCE` prints its literals from
+    these): OK..UNDERFLOW end a point (propagate's public codes 0-3); LEFT_TABLE and PAUSED are internal
+    (the point stopped with its state, to be continued by the caller)."""
+    OK = 0            # done
+    OVERFLOW = 1      # q or q12 non-finite; later rows NaN
+    DOMAIN = 2        # outside the maps' domain (q < 0, d NaN or < 0); later rows NaN
+    UNDERFLOW = 3     # done, but d underflowed (gamma beyond float64) after layer last
+    LEFT_TABLE = 4    # stopped where in_domain is False (outside the table): extend it and continue
+    PAUSED = 5        # paused after layer stop < depth (a chunk of layers ended): continue
+
+
+_S = Status
 GRID_SOURCE = f"""
 BLOCK = 16
 TINY = {TINY!r}
@@ -156,12 +196,12 @@ TINY = {TINY!r}
 def _code(qa, qb, qab, dd):
     \"\"\"0 fine, 1 q or q12 non-finite (overflow), 2 outside the domain (q < 0, d NaN or < 0), 3 gamma beyond float64.\"\"\"
     if not (math.isfinite(qa) and math.isfinite(qb) and math.isfinite(qab)):
-        return 1
+        return {_S.OVERFLOW:d}
     if not (qa >= 0.0 and qb >= 0.0 and dd >= 0.0):
-        return 2
+        return {_S.DOMAIN:d}
     if not (dd >= TINY and math.isfinite(qab / (0.5 * dd))):   # gamma = q12 / (d/2), as Propagation computes it
-        return 3
-    return 0
+        return {_S.UNDERFLOW:d}
+    return {_S.OK:d}
 
 
 @njit(parallel=True, **_OPTS)
@@ -223,7 +263,7 @@ def recurse(sw, sb, qa0, qb0, qab0, d0, depth, stop, store, alpha2, residual, ge
                     else:
                         live[j] = False
                         nlive -= 1
-                        status[i0 + j] = 4
+                        status[i0 + j] = {_S.LEFT_TABLE:d}
                         start[i0 + j] = l
                         st_qa[i0 + j] = qa[j]
                         st_qb[i0 + j] = qb[j]
@@ -241,10 +281,10 @@ def recurse(sw, sb, qa0, qb0, qab0, d0, depth, stop, store, alpha2, residual, ge
             for j in range(m):
                 if live[j] and l >= first[j]:
                     code = _code(qa[j], qb[j], qab[j], dd[j])
-                    if code == 3:
+                    if code == {_S.UNDERFLOW:d}:
                         if last[i0 + j] == depth:
                             last[i0 + j] = l - 1
-                    elif code != 0:
+                    elif code != {_S.OK:d}:
                         live[j] = False
                         nlive -= 1
                         status[i0 + j] = code
@@ -261,7 +301,7 @@ def recurse(sw, sb, qa0, qb0, qab0, d0, depth, stop, store, alpha2, residual, ge
         for j in range(m):
             if live[j]:
                 if stop < depth:
-                    status[i0 + j] = 5
+                    status[i0 + j] = {_S.PAUSED:d}
                     if first[j] <= stop:     # else it has not started yet: start, st_* stay as they are
                         start[i0 + j] = stop + 1
                         st_qa[i0 + j] = qa[j]
@@ -269,7 +309,7 @@ def recurse(sw, sb, qa0, qb0, qab0, d0, depth, stop, store, alpha2, residual, ge
                         st_qab[i0 + j] = qab[j]
                         st_d[i0 + j] = dd[j]
                 else:
-                    status[i0 + j] = 3 if last[i0 + j] < depth else 0
+                    status[i0 + j] = {_S.UNDERFLOW:d} if last[i0 + j] < depth else {_S.OK:d}
 """
 
 # The tail of every generated module: the recursion and the grid kernel, compiled by numba.
@@ -517,14 +557,16 @@ _PATHS: dict = {}    # (name, V, C) -> path of the generated file
 
 
 def _verified(path: Path) -> bytes:
-    """The file's bytes after checking their sha256 against the digest in the name (sf_<slug>_<digest>.py);
-    a bad file is moved aside and rewritten from the source written by this process, else ValueError."""
+    """The file's bytes after checking their sha256 against the digest in the name (sf_<slug>_<digest>.py,
+    which write_source computed from the source it generated); a bad file is moved aside and rewritten
+    from the source written by this process, else ValueError."""
     want = path.stem.rpartition("_")[2]
     try:
         data = path.read_bytes()
-        if _digest(data) == want:
-            return data
-        why = "content does not match the sha256 in its name"
+        authenticate(data, sha256=want, where="the sha256 in its name")
+        return data
+    except CacheError as err:
+        why = str(err)
     except OSError as err:
         why = f"unreadable: {err}"
     src = _SOURCES.get(str(path))
@@ -536,14 +578,23 @@ def _verified(path: Path) -> bytes:
     return src
 
 
-def _numba_files(path: Path):
-    return sorted(path.parent.joinpath("__pycache__").glob(glob.escape(path.stem) + ".*.nb[ic]"))
+# ----------------------------------------------------------------------------- numba's cache files
+def _numba_files(path: Path, folder: Path | None = None, base: str | None = None):
+    """numba's index (.nbi) and data (.nbc) files in ``folder`` (default: __pycache__ beside the module) of
+    the generated module ``path``, or of its one function whose files start with ``base``."""
+    folder = path.parent / "__pycache__" if folder is None else folder
+    return sorted(f for f in folder.glob(glob.escape(base or path.stem) + ".*") if f.suffix in (".nbi", ".nbc"))
 
 
-def _purge_numba(path: Path, why):
-    """Remove numba's cache files of one generated module (one warning when ``why`` is given)."""
-    files = _numba_files(path)
-    for f in files:
+def _record_path(path: Path, folder: Path) -> Path:
+    return folder / f"{path.stem}.nbsig"
+
+
+def _purge_numba(path: Path, why, folder: Path | None = None):
+    """Remove numba's cache files of one generated module and their record (one warning when ``why`` is given)."""
+    folder = path.parent / "__pycache__" if folder is None else folder
+    files = _numba_files(path, folder)
+    for f in files + [_record_path(path, folder)]:
         try:
             f.unlink()
         except OSError:
@@ -552,43 +603,185 @@ def _purge_numba(path: Path, why):
         warn(f"numba cache files unusable ({why}); removed {len(files)} file(s), recompiled", path)
 
 
-def _check_numba(path: Path) -> None:
-    """Unpickle numba's index (.nbi: version, then (stamp, overloads)) and data (.nbc) files of the module as
-    numba will; on any failure remove them all (numba recompiles) and check once more."""
-    import numba
+def _record_bytes(files: dict) -> bytes:
+    return json.dumps(files, sort_keys=True).encode()
 
-    for attempt in range(2):
+
+def _read_record(path: Path, folder: Path) -> dict:
+    """{file name: sha256} recorded for the module's numba files ({} if there is no record); CacheError
+    unless the record is sealed with this user's key (core.files.seal)."""
+    rec = _record_path(path, folder)
+    try:
+        raw = json.loads(rec.read_bytes())
+        files, mac = dict(raw["files"]), raw["mac"]
+    except FileNotFoundError:
+        return {}
+    except (ValueError, KeyError, TypeError) as err:
+        raise CacheError(f"{rec.name} unreadable ({type(err).__name__})") from None
+    try:
+        authenticate(_record_bytes(files), f"numba {path.stem}", mac=mac)
+    except CacheError as err:
+        raise CacheError(f"{rec.name} {err}") from None
+    return files
+
+
+def _write_record(path: Path, folder: Path, written: dict) -> None:
+    """Add the sha256 of the files numba just wrote to the record (entries of removed files dropped), sealed."""
+    try:
+        files = _read_record(path, folder)
+    except CacheError:
+        files = {}       # a bad record: only what was just written is trusted
+    files = {n: h for n, h in {**files, **written}.items() if (folder / n).exists()}
+    atomic_write(_record_path(path, folder),
+                 json.dumps({"files": files, "mac": seal(_record_bytes(files), f"numba {path.stem}")}), durable=False)
+
+
+def _check_numba(path: Path, folder: Path, base: str) -> None:
+    """Before numba reads (unpickles) the files of one function (``base``): each must have the sha256 that the
+    sealed record holds for it. Otherwise all the module's numba files are removed, with one warning, and
+    numba compiles afresh."""
+    files = _numba_files(path, folder, base)
+    if not files:
+        return
+    try:
+        record = _read_record(path, folder)
+        for f in files:
+            if f.name not in record:
+                raise CacheError(f"{f.name} is not in the record sealed with this user's key")
+            authenticate(f.read_bytes(), sha256=record[f.name], where=f"the sha256 recorded for {f.name}")
+    except (CacheError, OSError) as err:
+        _purge_numba(path, str(err), folder)
+
+
+_HELD: dict = {}     # lock file -> [threading lock, depth, open file] of this process
+
+
+@contextmanager
+def _locked(lock: Path):
+    """An exclusive lock on ``lock`` across processes (flock; none where fcntl is missing), re-entrant in
+    this process: no reader checks a file while another process of this user writes it or its record."""
+    held = _HELD.setdefault(str(lock), [threading.RLock(), 0, None])
+    with held[0]:
+        if held[1] == 0 and fcntl is not None:
+            held[2] = open(os.open(lock, os.O_RDWR | os.O_CREAT, 0o600), "rb")
+            fcntl.flock(held[2].fileno(), fcntl.LOCK_EX)
+        held[1] += 1
         try:
-            for f in _numba_files(path):
-                if f.suffix == ".nbi":
-                    with open(f, "rb") as fh:
-                        version = pickle.load(fh)
-                        if version == numba.__version__:
-                            _, overloads = pickle.loads(fh.read())
-                            dict(overloads)
-                else:
-                    pickle.loads(f.read_bytes())
-            return
-        except Exception as err:
-            if attempt:
-                raise
-            _purge_numba(path, f"{f.name}: {type(err).__name__}: {err}")
+            yield
+        finally:
+            held[1] -= 1
+            if held[1] == 0 and held[2] is not None:
+                held[2].close()       # releases the flock
+                held[2] = None
+
+
+class _Tee:
+    """A file that passes writes through and hashes them (the sha256 of what numba wrote, not of what is on disk later)."""
+
+    def __init__(self, fh):
+        self.fh, self.sha = fh, hashlib.sha256()
+
+    def write(self, b):
+        self.sha.update(b)
+        return self.fh.write(b)
+
+
+def _private_folder(folder: Path) -> str:
+    """'' if numba's cache folder and its parent are owned by this user and writable by nobody else (then no
+    other user can swap a file between the check and numba's read), else why not."""
+    try:
+        for d in (folder, folder.parent):
+            check_private(os.stat(d), f"numba cache folder {d}")
+    except (OSError, CacheError) as err:
+        return str(err)
+    return ""
+
+
+def _guard_one(disp, path: Path) -> str:
+    """Route one dispatcher's cache through the check: before numba reads its index or data files
+    (load_overload, and save_overload, which reads the index first) they are checked (:func:`_check_numba`);
+    the sha256 of every file numba writes is recorded. Returns why its cache was switched off ('' if not)."""
+    from numba.core.caching import NullCache
+
+    cache = disp._cache
+    if isinstance(cache, NullCache):
+        return ""
+    try:
+        cf = cache._cache_file
+        index = Path(cf._index_path)
+        open_for_write, load, save = cf._open_for_write, cache.load_overload, cache.save_overload
+    except AttributeError:           # not the numba cache layout this guard knows: no cache at all
+        cache.disable()
+        return "numba's cache layout is not the one symfield checks"
+    folder, base = index.parent, index.name[: -len(".nbi")]
+    why = _private_folder(folder)
+    if why:
+        cache.disable()
+        return why
+    lock, written = folder / f"{path.stem}.lock", {}
+
+    @contextmanager
+    def recording(filepath):
+        with open_for_write(filepath) as fh:
+            tee = _Tee(fh)
+            yield tee
+        written[os.path.basename(filepath)] = tee.sha.hexdigest()   # after numba renamed it into place
+
+    def checked_load(sig, target_context):
+        with _locked(lock):
+            _check_numba(path, folder, base)
+            return load(sig, target_context)
+
+    def checked_save(sig, data):
+        with _locked(lock):
+            _check_numba(path, folder, base)
+            written.clear()
+            try:
+                save(sig, data)
+            finally:
+                if written:
+                    _write_record(path, folder, written)
+
+    cf._open_for_write, cache.load_overload, cache.save_overload = recording, checked_load, checked_save
+    return ""
+
+
+def _guard(module, path: Path) -> None:
+    """:func:`_guard_one` for every numba dispatcher of a generated module, before any of them is called; one
+    warning if the cache had to be switched off (compiled code then lives in this process only)."""
+    from numba.core.dispatcher import Dispatcher
+
+    off = set()
+    for name, obj in vars(module).items():
+        if isinstance(obj, Dispatcher):
+            if obj.overloads:        # compiled during exec (a signature in the decorator): read before any check
+                raise RuntimeError(f"generated module {path}: {name} was compiled at import; symfield's "
+                                   f"generated code must compile lazily")
+            off.add(_guard_one(obj, path))
+    off.discard("")
+    if off:
+        warn(f"numba cache not used ({'; '.join(sorted(off))}); compiled code is kept in this process only", path)
 
 
 def load_path(path: Path):
     """Import a generated module from its path (once per process): the checked bytes (:func:`_verified`) are
-    compiled and executed, then numba's cache files of the module are checked (:func:`_check_numba`)."""
+    compiled and executed, then every numba function of the module is guarded (:func:`_guard`) before any
+    is called, so numba reads none of its cache files unchecked."""
     path = Path(path)
     key = str(path)
     if key not in _LOADED:
         data = _verified(path)
+        try:
+            (path.parent / "__pycache__").mkdir(mode=0o700, exist_ok=True)    # numba's cache: private
+        except OSError:
+            pass
         modname = "symfield_generated_" + path.stem
         spec = importlib.util.spec_from_file_location(modname, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[modname] = module
         try:
             exec(compile(data, key, "exec"), module.__dict__)
-            _check_numba(path)     # after exec: numba's data files refer to the module by name
+            _guard(module, path)
         except BaseException:
             sys.modules.pop(modname, None)
             raise

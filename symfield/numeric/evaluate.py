@@ -8,37 +8,84 @@ of the Integrand it carries.
 from __future__ import annotations
 
 import math
+import warnings
 from functools import lru_cache
 
 import mpmath
 import numpy as np
 import sympy as sp
 
+from symfield.core import timelimit
 from symfield.numeric import pool_rules
 from symfield.numeric import quadrature as Q
 from symfield.symbolic import gaussian as G
 from symfield.symbolic.distance import sin_minus_tcos_mp
 from symfield.symbolic.formula import X as x
-from symfield.symbolic.integrals import GaussianIntegral, Integrand, Kind, integrals
+from symfield.symbolic.integrals import GaussianIntegral, Integrand, Kind, install_quadrature, integrals
 
 GUARD_DIGITS = 10
 
 
-def _accurate(f):
-    """f with exp(x) - 1 -> expm1(x) and log(1 + x) -> log1p(x) (float64 keeps its relative digits near 0:
-    elu(x)^2 at x ~ 1e-14 lost them all)."""
+REWRITE_SECONDS = 2.0   # budget of SymPy's factoring expm1/log1p rewrite of one integrand
+PROBES_NEAR_0 = (1e-12, -1e-12, 1e-7, -1e-7, 1e-3, -1e-3, 0.3, -0.3)
+
+
+def _cheap_rewrite(f):
+    """exp(a) - 1 -> expm1(a) and log(1 + u) -> log1p(u) where they appear as written (no factoring)."""
+    from sympy.codegen.cfunctions import log1p
+    from sympy.codegen.rewriting import expm1_opt
+    f = f.replace(expm1_opt.query, expm1_opt.replace_in_Add)
+    return f.replace(lambda e: isinstance(e, sp.log) and e.args[0].is_Add and sp.S.One in e.args[0].args,
+                     lambda e: log1p(e.args[0] - 1))
+
+
+def _digits_lost_near_0(fast, f):
+    """The first probe point near 0 where float64 ``fast`` differs from mpmath f by more than 1e-12
+    relative (cancellation the rewrite did not remove), else None."""
+    exact = sp.lambdify(x, f, modules="mpmath")
+    for p in PROBES_NEAR_0:
+        try:
+            with np.errstate(all="ignore"):
+                got = float(fast(np.array([p]))[0])
+            with mpmath.workdps(30):
+                want = mpmath.mpmathify(exact(mpmath.mpf(p)))
+        except (ArithmeticError, ValueError, TypeError):
+            continue
+        if isinstance(want, mpmath.mpf) and math.isfinite(got) and abs(got - want) > 1e-12 * abs(want):
+            return p
+    return None
+
+
+def _factored_rewrite(f):
+    """SymPy's expm1/log1p rewrite (it factors first) under the REWRITE_SECONDS budget (TooExpensive)."""
     from sympy.codegen.rewriting import expm1_opt, log1p_opt, optimize
+    return timelimit.bounded("the expm1/log1p rewrite", str(f), optimize, f, [expm1_opt, log1p_opt],
+                             seconds=REWRITE_SECONDS)
+
+
+def _accurate(f, modules):
+    """float64 callable of f with exp(x) - 1 -> expm1(x) and log(1 + x) -> log1p(x) (float64 keeps its
+    relative digits near 0: elu(x)^2 at x ~ 1e-14 lost them all).  SymPy's rewrite factors the
+    expression (exp(-851 x/500) is a polynomial of degree 851 in exp(x/500)): it runs under
+    REWRITE_SECONDS, else the rewrite as written is used and checked near 0, with a warning if digits are lost."""
     try:
-        return optimize(f, [expm1_opt, log1p_opt])
+        return sp.lambdify(x, _factored_rewrite(f), modules=modules)
+    except timelimit.TooExpensive:
+        fast = sp.lambdify(x, _cheap_rewrite(f), modules=modules)
     except Exception:       # a form the rewriter does not take: as given
-        return f
+        return sp.lambdify(x, f, modules=modules)
+    p = _digits_lost_near_0(fast, f)
+    if p is not None:
+        warnings.warn(f"float64 evaluation of {f} loses digits near x = {p:g} (cancellation not rewritten "
+                      f"within {REWRITE_SECONDS:g} s); use dps=N for values near 0.", RuntimeWarning, stacklevel=3)
+    return fast
 
 
 def vectorised(f, modules):
     if modules == "mpmath":
         fn = sp.lambdify(x, f, modules=modules)
         return lambda v: mpmath.mpmathify(fn(v))
-    fn = sp.lambdify(x, _accurate(f), modules=modules)
+    fn = _accurate(f, modules)
 
     exact = sp.lambdify(x, f, modules="mpmath")
 
@@ -120,6 +167,67 @@ def evaluator(expr: sp.Expr, args: tuple, kinks: tuple = (), dps: int | None = N
             out = mpmath.mpmathify(fn(*[mpmath.mpf(v) if not isinstance(v, mpmath.mpf) else v for v in vals]))
         return +out if not isinstance(out, mpmath.mpc) else out.real
     return run_mp
+
+
+def _breaks(fns, args, dps):
+    """The real, finite values of the breakpoint callables at args (those that fail or are complex dropped)."""
+    out = []
+    for fn in fns:
+        try:
+            with np.errstate(all="ignore"):
+                v = fn(*args) if dps is not None else complex(fn(*args))
+        except (ArithmeticError, ValueError, TypeError):
+            continue
+        if dps is None:
+            if v.imag == 0 and math.isfinite(v.real):
+                out.append(v.real)
+        elif isinstance(v, (mpmath.mpf, int)) or (isinstance(v, mpmath.mpc) and v.imag == 0):
+            v = mpmath.mpf(mpmath.re(v))
+            if mpmath.isfinite(v):
+                out.append(v)
+    return out
+
+
+def _at(fn, p, dps, *fixed):
+    """z -> fn(*fixed, z, *p); in float64 every argument is broadcast to z's shape (a Piecewise with
+    constant pieces, printed as numpy.select, needs equal shapes)."""
+    if dps is not None:
+        return lambda z: fn(*fixed, z, *p)
+    return lambda z: fn(*[np.full(np.shape(z), a, dtype=float) for a in fixed], z,
+                        *[np.full(np.shape(z), a, dtype=float) for a in p])
+
+
+def _standard_expectation(form, parts, p, dps):
+    """One parameter point p of a symbolic.integrals.QuadraturePlan (forms line, plane, pair)."""
+    if form == "line":
+        body, points = parts
+        return Q.expect1(_at(body, p, dps), 1, kinks=_breaks(points, p, dps), dps=dps, name="integrand")
+    if form == "pair":
+        A, B, alpha, beta, points = (parts[0], parts[1]) + tuple(f(*p) for f in parts[2:4]) + (parts[4],)
+        return Q.expect2(_at(A, p, dps), _at(B, p, dps), 1, alpha * alpha + beta * beta, alpha,
+                         kinks=_breaks(points, p, dps), dps=dps, name="integrand")
+    body, points, roots = parts
+
+    def inner(w):
+        return Q.expect1(_at(body, p, dps, w), 1, kinks=_breaks(roots, (w, *p), dps), dps=dps,
+                         name="inner integrand")
+    outer = inner if dps is not None else (lambda ws: np.array([inner(w) for w in np.ravel(ws)]))
+    return Q.expect1(outer, 1, kinks=_breaks(points, p, dps), dps=dps, name="outer integrand")
+
+
+def standard_expectation(form, parts, params, dps):
+    """The rule GaussianIntegral evaluates itself with (symbolic.integrals.install_quadrature): float64
+    over broadcast parameter arrays (dps None; a float for scalars), else an mpf good to dps digits."""
+    if dps is not None:
+        with mpmath.workdps(dps + Q.GUARD):
+            return _standard_expectation(form, parts, [to_mpf(v) for v in params], dps)
+    if not params:
+        return _standard_expectation(form, parts, (), None)
+    out = Q.elementwise(lambda *p: _standard_expectation(form, parts, p, None), params, None)
+    return float(out) if out.ndim == 0 else out
+
+
+install_quadrature(standard_expectation)
 
 
 def evaluate(expr, args, values, kinks=(), dps=None):

@@ -8,18 +8,26 @@ integral) and shipped as package data. A process looks in its own cache first, t
 
 A shipped file is named by a hash of what it tabulates (the activation's expression, pool, k and the
 table parameters), not by the symfield or SymPy version, so a SymPy upgrade does not orphan it.
-It carries a sha256 of its arrays and passes the same structure checks as a cached file; a shipped
-file that fails them is ignored with one warning (it is never moved or rewritten: the package
+The ship script records the sha256 of every file's bytes in ``data/MANIFEST.json``; a shipped file is
+read only if it is listed there and its bytes match (:func:`sha256`, checked by
+core.files.load_checked_npz before the file is parsed), and then passes the same structure checks as a
+cached file. The manifest is trusted as the package's code is: whoever can edit it can edit the code.
+A shipped file that fails is ignored with one warning (it is never moved or rewritten: the package
 directory is read-only to symfield). ``SYMFIELD_SHIPPED=0`` switches shipped tables off (the tests of
 the builders use it).
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
+from symfield.core.files import CacheError
+
 DATA = Path(__file__).resolve().parent.parent / "data"
+MANIFEST = "MANIFEST.json"
+_MANIFESTS: dict = {}    # data directory -> {relative path: sha256}
 
 
 def enabled() -> bool:
@@ -41,3 +49,19 @@ def lookup(folder: str, name: str) -> Path | None:
     """The shipped file, if shipped tables are enabled and it exists."""
     p = path(folder, name)
     return p if enabled() and p.is_file() else None
+
+
+def sha256(p) -> str:
+    """The sha256 that ``MANIFEST.json`` records for the shipped file ``p`` (CacheError if it is not listed)."""
+    p = Path(p)
+    data = p.parent.parent
+    if data not in _MANIFESTS:
+        try:
+            entries = json.loads((data / MANIFEST).read_text())
+            _MANIFESTS[data] = {rel: str(e["sha256"]) for rel, e in entries.items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            raise CacheError(f"no readable {MANIFEST} beside it ({type(err).__name__}: {err})") from None
+    want = _MANIFESTS[data].get(f"{p.parent.name}/{p.name}")
+    if want is None:
+        raise CacheError(f"not listed in {MANIFEST}")
+    return want

@@ -59,7 +59,7 @@ class Table1D:
         if path is None or not path.exists():
             return False
         try:
-            z = load_checked_npz(path)
+            z = load_checked_npz(path, shipped.sha256(path) if is_shipped else None)   # shipped: against MANIFEST.json
             lo, hi, coef, error = z["lo"], z["hi"], z["coef"], float(z["error"])
             check_structure(lo, hi, coef, error)
         except Exception as err:     # any failure to read or check: moved aside (shipped: ignored), rebuilt

@@ -63,6 +63,7 @@ import json
 import math
 import re
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -428,7 +429,7 @@ class Table:
         self.info = dict(build_seconds=0.0, mp_checks=[], evaluator=None)
         self._ev = None
         self._mr = None
-        self._arrays = None
+        self._packed = None      # (V1, [(p, panel), ...], M): the panels M was packed from (see arrays)
 
     # ---------------------------------------------------------------- properties
     @property
@@ -712,7 +713,6 @@ class Table:
                 pn = self._build_theta_table(ev) if self.kind == "homogeneous" else self._build_panel(ev, p)
                 self.panels[p] = _accept(self, p, pn)
                 shown.update()
-            self._arrays = None
             self._mp_checks(todo)
             shown.update()
         self.info["build_seconds"] += time.perf_counter() - t0
@@ -762,10 +762,31 @@ class Table:
 
     # ---------------------------------------------------------------- run time
     def arrays(self):
-        """The data tuple M read by the compiled V, C, in_domain (see MAPS_SOURCE)."""
-        if self._arrays is None:
-            self._arrays = _pack(self)
-        return self._arrays
+        """The data array M read by the compiled V, C, in_domain (see MAPS_SOURCE), packed from the panels
+        as they are now: M is re-packed whenever a panel was added, replaced or removed since the last
+        packing, by any route (a build, the merge of another process's panels in :func:`save`, a caller),
+        so M never covers less (or more) than :attr:`panels` and :attr:`q_range` say."""
+        key = self._packed
+        if key is None or key[0] is not self.V1 or len(key[1]) != len(self.panels) or \
+                any(self.panels.get(p) is not pn for p, pn in key[1]):
+            key = self._packed = (self.V1, list(self.panels.items()), _pack(self))
+        return key[2]
+
+    def merge(self, other):
+        """Adopt the panels of ``other`` (the same kernel's table, e.g. read from disk) that extend this
+        table's panels contiguously (the compiled lookup needs one run of panels); returns how many."""
+        if not self.panels:
+            self.panels.update(other.panels)
+            if self.V1 is None:
+                self.V1 = other.V1
+            return len(other.panels)
+        n = 0
+        for step, end in ((1, max(self.panels)), (-1, min(self.panels))):
+            while end + step in other.panels and end + step not in self.panels:
+                end += step
+                self.panels[end] = other.panels[end]
+                n += 1
+        return n
 
     def module(self):
         return load_module()
@@ -1080,13 +1101,13 @@ def path_of(K) -> Path:
 
 def save(T, path=None):
     """Write the table atomically (npz; JSON metadata; a sha256 of the members) to its cache file, or to
-    ``path`` (a shipped copy: no merge, no machine paths). Panels from another process are merged first.
+    ``path`` (a shipped copy: no merge, no machine paths). Panels from another process that extend T's
+    contiguously are merged first (:meth:`Table.merge`).
     An unwritable cache is warned about; the table still works in this process."""
     ship, path = path is not None, path or path_of(T.K)
     other = None if ship else _read(path, T.K)
     if other is not None:
-        for p, pn in other.panels.items():
-            T.panels.setdefault(p, pn)
+        T.merge(other)
     data = {}
     info = {k: v for k, v in T.info.items() if k not in ("path", "shipped")}   # set when read
     meta = dict(kind=T.kind, degree=T.degree, parity=T.parity, psi0sq=T.psi0sq, V1=T.V1, info=info,
@@ -1127,7 +1148,7 @@ def _read(path, K, is_shipped=False):
     if path is None or not path.exists():
         return None
     try:
-        z = load_checked_npz(path)
+        z = load_checked_npz(path, shipped.sha256(path) if is_shipped else None)   # shipped: against MANIFEST.json
         meta = json.loads(str(z["meta"]))
         T = Table(K)
         if (meta["kind"], meta["degree"], meta["parity"]) != (T.kind, T.degree, T.parity):
@@ -1284,7 +1305,9 @@ def _cell_scalar(M, OP, OE, OC, i, x, th, hom):
     blk = int(M[15])
     c = M[OC + blk * lo:OC + blk * (lo + 1)]
     ty = cheb.basis(y, N_TH)
-    return float(c @ ty) if hom else float(cheb.basis(x, N_T) @ c.reshape(N_T, N_TH) @ ty)
+    # np.sum(c * ty), not c @ ty: the same (pairwise) summation as C_homogeneous_many, so that array and
+    # scalar sf.C agree to the bit
+    return float(np.sum(c * ty)) if hom else float(cheb.basis(x, N_T) @ c.reshape(N_T, N_TH) @ ty)
 
 
 def D_scalar(M, q1, q2, q12, d):
@@ -1350,6 +1373,17 @@ def _panel_scalar(M, q):
     return int(p - M[2]), x
 
 
+def covers(M, q) -> np.ndarray:
+    """Where the packed table M evaluates the recursion's step at q (the compiled in_domain, vectorised):
+    everywhere for the homogeneous kind, else where q's panel is among those packed."""
+    q = np.asarray(q, dtype=float)
+    if M[0] == 1.0:
+        return np.ones(q.shape, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        p = np.where(q < M[9], 0, np.frexp(q)[1] - int(M[4]))
+        return (p >= M[2]) & (p <= M[3]) & (q >= 0.0) & (q < math.inf)
+
+
 # ----------------------------------------------------------------------------- sf.C's fast path
 BUILD_GUESS = 150.0      # seconds per panel assumed before any build was timed (tanh+max2: ~140 s measured)
 _SPENT: dict = {}        # (table key, panel) -> seconds sf.C spent on quadrature there
@@ -1379,9 +1413,12 @@ def fast_C(K, q1, q2, q12, slow):
         T = table(K)
     if T.kind == "homogeneous" or (q1 == q2 and panel_of(q1) in T.panels):
         v = C_scalar(T.arrays(), q1, q2, q12)
-        if v is not None:
-            return v
-    if T.kind == "homogeneous" or q1 != q2 or panel_of(q1) > Q_CAP_EXP - E0:
+        if v is None:   # a table that covers q cannot evaluate it: never build again for it
+            warnings.warn(f"sf.C: the table of {T.name} covers q = {q1!r} but did not evaluate it; "
+                          f"quadrature is used", RuntimeWarning, stacklevel=3)
+            return slow()
+        return v
+    if q1 != q2 or panel_of(q1) > Q_CAP_EXP - E0:
         return slow()
     t0 = time.perf_counter()
     out = slow()

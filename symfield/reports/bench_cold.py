@@ -33,6 +33,7 @@ from pathlib import Path
 import mpmath
 import numpy as np
 
+from symfield.core import validate as check
 from symfield.core.files import atomic_write
 from symfield.core.version import provenance
 from symfield.reports.oracles import mp_expect1, mp_expect2
@@ -52,9 +53,9 @@ class Row:
     timeout: float | None = None        # default max(3 target, 60) s
 
     def limit(self, override=None):
-        """The child's time limit in seconds."""
+        """The child's time limit in seconds (an override must be a finite number > 0)."""
         if override is not None:
-            return float(override)
+            return float(check.real("bench_cold.run", "timeout", override, lo=0, lo_open=True))
         return self.timeout if self.timeout is not None else max(3 * self.target, 60.0)
 
 
@@ -410,6 +411,10 @@ def _launch(row: Row, cache: Path, limit: float):
         os.killpg(proc.pid, signal.SIGKILL)      # the child and anything it started
         proc.communicate()
         return time.perf_counter() - t0, None, f"killed after {limit:g} s"
+    except BaseException:                        # Ctrl-C or an error here: no child outlives the run
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         last = [ln for ln in err.strip().splitlines() if ln.strip()][-1:] or [f"exit code {proc.returncode}"]
@@ -449,8 +454,8 @@ def _one(row: Row, cache: Path, limit: float, target, check=True):
 
 def run_row(row: Row, *, timeout=None, warm=False, root=None) -> Result:
     """Run ``row`` cold (new process, empty cache) and, with ``warm``, again on the cache it filled."""
+    limit = row.limit(timeout)                # a bad timeout is refused before any directory is made
     cache = Path(tempfile.mkdtemp(prefix=f"cold-{row.name}-", dir=root))
-    limit = row.limit(timeout)
     res = Result(row.name, row.case, row.metric, row.target, **_one(row, cache, limit, row.target))
     try:
         if warm and res.verdict not in ("timed out", "failed"):

@@ -19,7 +19,7 @@ import numpy as np
 import sympy as sp
 
 from symfield.core import timelimit, validate
-from symfield.symbolic.formula import FUNCTIONS, MAX_LENGTH, FormulaError, X, parse
+from symfield.symbolic.formula import FUNCTIONS, MAX_LENGTH, FormulaError, X, brief, parse, short
 
 x = X
 
@@ -397,21 +397,21 @@ def _derivative(expr):
 
 
 def _singular_message(text, dphi, base, node, kind, point):
-    at = _show(point)
+    at, b, n = _show(point), brief(base), brief(node)
     if type(node) in _POLES or (isinstance(node, sp.Pow) and node.exp.is_integer):
-        what = f"has a pole on the real line at x = {at}, a zero of {base}: it is not finite there"
+        what = f"has a pole on the real line at x = {at}, a zero of {b}: it is not finite there"
     elif isinstance(node, sp.log):
-        what = (f"takes {node}, which is not finite at x = {at}, where {base} = 0" if kind == "zero" else
-                f"takes {node}, which is not real-valued at x = {at}, where {base} < 0")
+        what = (f"takes {n}, which is not finite at x = {at}, where {b} = 0" if kind == "zero" else
+                f"takes {n}, which is not real-valued at x = {at}, where {b} < 0")
     elif kind == "zero":
-        what = f"takes {node}, a negative power of {base}, which is not finite at x = {at}, where {base} = 0"
+        what = f"takes {n}, a negative power of {b}, which is not finite at x = {at}, where {b} = 0"
     else:
-        what = (f"takes {node}, a {'fractional' if node.exp.is_number else 'variable'} power of {base}, and "
-                f"{base} < 0 at x = {at}: it is not real-valued there (a real fractional power needs a base >= 0 "
+        what = (f"takes {n}, a {'fractional' if node.exp.is_number else 'variable'} power of {b}, and "
+                f"{b} < 0 at x = {at}: it is not real-valued there (a real fractional power needs a base >= 0 "
                 f"everywhere)")
     if dphi is None:
         return f"The formula {text!r} {what}. {ALLOWED}"
-    return (f"The derivative phi'(x) = {dphi} of the formula {text!r} {what}, so chi1 = sigma_w2 "
+    return (f"The derivative phi'(x) = {brief(dphi)} of the formula {text!r} {what}, so chi1 = sigma_w2 "
             f"E[phi'(sqrt(q) z)^2] is infinite. {ALLOWED}")
 
 
@@ -480,14 +480,10 @@ def _set_points(S):
     if S is sp.S.EmptySet:
         return []
     if isinstance(S, sp.FiniteSet):
-        pts = []
-        for p in S:
-            v = complex(sp.N(p, 30))
-            if abs(v.imag) <= 1e-20 * (1 + abs(v.real)):
-                pts.append(p if p.is_real else sp.re(sp.N(p, 30)))
-        return sorted(pts, key=_order)
+        return _real_points(S)
     if isinstance(S, sp.ImageSet) and S.base_sets == (sp.S.Integers,):
-        return sorted({S.lamda(n) for n in (0, 1, -1)}, key=_order)
+        # solveset's image sets over the reals may hold complex members (log(e^(2 pi n) - 1), n < 0)
+        return _real_points({S.lamda(n) for n in range(-4, 5)}) or None
     if isinstance(S, sp.Interval):
         lo, hi = S.inf, S.sup
         p = min(max(sp.S.Zero, lo), hi)
@@ -503,6 +499,19 @@ def _set_points(S):
         if found or all(part == [] for part in parts):
             return sorted(found, key=_order)
     return None
+
+
+def _real_points(points):
+    """The real members of a set of SymPy numbers (smallest |x| first); complex ones dropped."""
+    pts = []
+    for p in points:
+        try:
+            v = complex(sp.N(p, 30))
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(v.real) and abs(v.imag) <= 1e-20 * (1 + abs(v.real)):
+            pts.append(p if p.is_real else sp.re(sp.N(p, 30)))
+    return sorted(pts, key=_order)
 
 
 def _numpy_fn(base):
@@ -582,8 +591,9 @@ def is_monotone(expr) -> bool:
         return False
 
 
-def kinks(expr) -> tuple:
-    """Real points where phi is not smooth (args of Max/Min/Abs/Heaviside/sign, Piecewise conditions)."""
+def kink_args(expr) -> list:
+    """The expressions whose zeros are expr's kinks and jumps: differences of Max/Min arguments, the
+    arguments of Abs/Heaviside/sign/DiracDelta, lhs - rhs of Piecewise conditions."""
     args = []
     for node in sp.preorder_traversal(expr):
         if isinstance(node, (sp.Max, sp.Min)):
@@ -595,8 +605,13 @@ def kinks(expr) -> tuple:
             for _, cond in node.args:
                 if isinstance(cond, sp.core.relational.Relational):
                     args.append(cond.lhs - cond.rhs)
+    return args
+
+
+def kinks(expr) -> tuple:
+    """Real points where phi is not smooth (the real zeros of :func:`kink_args` polynomial in x)."""
     points = set()
-    for a in args:
+    for a in kink_args(expr):
         a = sp.expand(a)
         if a.is_polynomial(x) and a.has(x):
             try:

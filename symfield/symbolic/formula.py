@@ -12,7 +12,8 @@ depth (MAX_DEPTH), every constant subtree evaluated in mpmath at 64 bits and ref
 between 1e-300 and 1e300 in magnitude (so no huge integer power or exp tower is ever built), exponents
 of at most MAX_EXPONENT with denominators of at most MAX_DENOMINATOR, the polynomial degree in x of
 every algebraic subtree at most MAX_EXPONENT, and at most MAX_EXP_NESTING nested exp/sinh/cosh/variable
-powers of x. After SymPy combines powers the exponents of x are checked again.
+powers of x. After SymPy combines powers the exponents of x are checked again, and rationals with
+more than 30 digits (1e-300 = 1/10^300, 1e-29**10) become 30-digit Floats (MAX_EXACT).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ MAX_DEPTH = 40             # nesting depth of the syntax tree
 MAX_DENOMINATOR = 10**4    # q of a fractional exponent p/q (x**0.37 is 37/100)
 MAX_EXP_NESTING = 2        # exp(exp(x)) is allowed (and then refused if its moments diverge), exp(exp(exp(x))) not
 MAX_LOG10 = 300            # constants are 0 or 1e-300 <= |c| <= 1e300
+MAX_EXACT = 10**30         # a rational p/q with |p| or q above this becomes a 30-digit Float
 
 
 def _relu(a):
@@ -79,12 +81,20 @@ def parse(text: str) -> sp.Expr:
         _refuse(text, f"nested more than {MAX_DEPTH} levels deep")
     with mpmath.workprec(64):
         _bound(tree.body, text)
-    expr = _build(tree.body, text)
+    expr = _inexact_large(_build(tree.body, text))
     for node in sp.preorder_traversal(expr):
         if isinstance(node, sp.Pow) and node.base.has(X) and node.exp.is_number \
                 and abs(node.exp) > MAX_EXPONENT:
-            _refuse(text, f"SymPy combines its powers into {node}, an exponent larger than {MAX_EXPONENT}")
+            _refuse(text, f"SymPy combines its powers into {brief(node)}, an exponent larger than {MAX_EXPONENT}")
     return expr
+
+
+def _inexact_large(expr):
+    """expr with every rational whose numerator or denominator exceeds MAX_EXACT (1e-300 is
+    1/10^300) as a 30-digit Float: SymPy's exact algorithms (gcd, series, factor) on 300-digit
+    integers run for hours, and no activation needs such a constant exactly."""
+    big = {r: sp.Float(r, 30) for r in expr.atoms(sp.Rational) if abs(r.p) > MAX_EXACT or r.q > MAX_EXACT}
+    return expr.xreplace(big) if big else expr
 
 
 def _depth(root):
@@ -109,16 +119,35 @@ _GROWING = ("exp", "sinh", "cosh")
 _PASS_DEGREE = ("abs", "max", "min", "relu")   # |x**3| has degree 3; other functions of x count as degree 1
 
 
+def short(value) -> str:
+    """A number for messages, at most ~6 significant digits; a magnitude too large to print in full
+    (sech(1e300) = 8e-434294481903251827651...) as its power of 10."""
+    if isinstance(value, mpmath.mpc):
+        return f"({short(value.real)} {'-' if value.imag < 0 else '+'} {short(abs(value.imag))}j)"
+    value = mpmath.mpf(value)
+    if not mpmath.isfinite(value) or value == 0 or abs(mpmath.log10(abs(value))) < 1e6:
+        return mpmath.nstr(value, 6)
+    return f"{'-' if value < 0 else ''}10^({mpmath.nstr(mpmath.log10(abs(value)), 6)})"
+
+
+def brief(expr) -> str:
+    """An expression for messages: numbers longer than 20 characters (10**300, 851/500 is kept) shown
+    as 6-digit floats."""
+    expr = sp.sympify(expr)
+    long = {n: sp.Float(n, 6) for n in expr.atoms(sp.Rational, sp.Float) if len(str(n)) > 20}
+    return sp.sstr(expr.xreplace(long) if long else expr)
+
+
 def _checked(text, value, what):
     """value (an mpmath number) if real and 0 or within 10**(+-MAX_LOG10), else a refusal."""
     if isinstance(value, mpmath.mpc):
         if value.imag != 0:
-            _refuse(text, f"the constant {what} is not real")
+            _refuse(text, f"the constant {what} = {short(value)} is not real")
         value = value.real
     if not mpmath.isfinite(value):
         _refuse(text, f"the constant {what} is not finite")
     if value != 0 and not -MAX_LOG10 - 1e-9 <= mpmath.log10(abs(value)) <= MAX_LOG10 + 1e-9:   # 1e300 rounds up
-        _refuse(text, f"the constant {what} = {mpmath.nstr(value, 3)} is outside the allowed magnitudes "
+        _refuse(text, f"the constant {what} = {short(value)} is outside the allowed magnitudes "
                       f"0 or 1e-{MAX_LOG10} to 1e{MAX_LOG10}")
     return value
 

@@ -31,7 +31,7 @@ import sympy as sp
 
 from symfield.core import timelimit
 from symfield.symbolic.formula import X as x
-from symfield.symbolic.integrals import GaussianIntegral, Integrand, Kind
+from symfield.symbolic.integrals import GaussianIntegral, Integrand, Kind, normal_pdf
 
 q = sp.Symbol("q", positive=True)
 q1, q2 = sp.symbols("q1 q2", positive=True)
@@ -51,10 +51,6 @@ class Expectation:
     @property
     def closed(self) -> bool:
         return not self.value.has(sp.Integral)
-
-
-def normal_pdf(w):
-    return sp.exp(-w**2 / 2) / sp.sqrt(2 * sp.pi)
 
 
 def integral1(f):

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from math import factorial
-
 import sympy as sp
+from sympy.utilities.iterables import multiset_partitions
 
 from symfield.symbolic import gaussian as G
 from symfield.symbolic.activation import Activation, activation, is_monotone
@@ -62,20 +61,29 @@ def _one(f, k=1, pool=None):
 
 @lru_cache(maxsize=1)
 def _avg_formula():
-    """E[(mean of k i.i.d. X_j)^i (mean of Y_j)^j] for i + j <= 4 from the raw moments r_ab = E[X^a Y^b]:
-    joint cumulants of sums add, kappa_ab(psi) = k^(1-a-b) kappa_ab(X, Y); via log/exp of the MGF."""
-    s, t, kk = sp.symbols("s t k", positive=True)
+    """E[(mean of k i.i.d. X_m)^i (mean of Y_m)^j] for i + j <= 4 from the raw moments r_ab = E[X^a Y^b].
+
+    Expand (sum_m X_m)^i (sum_m Y_m)^j over index tuples and group them by which factors share an index:
+    each set partition P of the i + j factors occurs for k (k - 1) ... (k - |P| + 1) tuples, with
+    expectation prod_(blocks B) r_(a_B b_B) (a_B X's and b_B Y's in B, independence across indices):
+
+        E[Xbar^i Ybar^j] = k^-(i+j) sum_P k!/(k - |P|)! prod_B r_(a_B b_B)     (15 partitions at i + j = 4).
+    """
+    kk = sp.Symbol("k", positive=True)
     raw = {(a, b): sp.Symbol(f"r{a}{b}") for a in range(5) for b in range(5) if 0 < a + b <= 4}
-    eps = sp.Symbol("eps")
-    M = 1 + sum(r * (eps * s) ** a * (eps * t) ** b / (factorial(a) * factorial(b)) for (a, b), r in raw.items())
-    logM = sp.series(sp.log(M), eps, 0, 5).removeO()
-    Kpsi = kk * logM.subs({s: s / kk, t: t / kk})
-    Mpsi = sp.expand(sp.series(sp.exp(Kpsi), eps, 0, 5).removeO())
-    out = {}
+    out = {(0, 0): sp.Integer(1)}
     for a in range(5):
         for b in range(5 - a):
-            coeff = Mpsi.coeff(eps, a + b).coeff(s, a).coeff(t, b)
-            out[(a, b)] = sp.expand(coeff * factorial(a) * factorial(b))
+            if a + b == 0:
+                continue
+            total = sp.Integer(0)
+            for part in multiset_partitions(list(range(a + b))):
+                term = sp.ff(kk, len(part))
+                for block in part:
+                    nx = sum(1 for e in block if e < a)
+                    term *= raw[(nx, len(block) - nx)]
+                total += term
+            out[(a, b)] = sp.expand(total / kk ** (a + b))
     return out, raw, kk
 
 

@@ -35,6 +35,7 @@ import numpy as np
 import sympy as sp
 
 from symfield.core import validate as check
+from symfield.core.dataset import ToXarray
 from symfield.numeric.evaluate import GUARD_DIGITS, evaluate, to_mpf
 from symfield.symbolic import gaussian as G
 from symfield.symbolic.activation import Activation, activation, is_monotone, kinks
@@ -66,8 +67,11 @@ class Coefficients:
 
 
 @dataclass(frozen=True)
-class FiniteWidth:
-    """Per-layer K, V, K1 (row i = layer i + 1; row 0 is the linear layer 1) and the coefficients."""
+class FiniteWidth(ToXarray):
+    """Per-layer K, V, K1 (row i = layer i + 1; row 0 is the linear layer 1) and the coefficients.
+
+    ``to_xarray()``: ``K``, ``V``, ``K1`` and ``V_over_K2`` over ``layer`` (mpmath/exact values also as
+    ``<name>_mp`` text)."""
     K: np.ndarray
     V: np.ndarray
     K1: np.ndarray
@@ -86,6 +90,18 @@ class FiniteWidth:
     @property
     def V_over_K2(self):
         return self.V / self.K**2
+
+    def dataset_parts(self) -> dict:
+        """The arguments of :func:`symfield.core.dataset.build` for :meth:`to_xarray`."""
+        data = {"K": self.K, "V": self.V, "K1": self.K1, "V_over_K2": self.V_over_K2}
+        if self.params.get("exact"):     # SymPy numbers: as mpmath numbers at 30 digits
+            with mpmath.workdps(30):
+                data = {k: np.array([mpmath.mpf(sp.Float(x, 35)) for x in a], dtype=object) for k, a in data.items()}
+        dps = self.params.get("dps") or (30 if self.params.get("exact") else None)
+        return dict(data=data, coords={"layer": np.asarray(self.layers)}, params=dict(self.params), dps=dps,
+                    var_attrs={"K": {"long_name": "infinite-width variance K (E h^2 = K + K1/n)"},
+                               "V": {"long_name": "four-point vertex V = lim n Var(G)"},
+                               "V_over_K2": {"long_name": "V/K^2 (excess kurtosis x n/3)"}})
 
 
 # ---------------------------------------------------------------- symbolic coefficients
@@ -191,8 +207,7 @@ def finite_width(act: str | Activation, sigma_w2: float, sigma_b2: float, depth:
     for name, v in (("sigma_w2", sigma_w2), ("sigma_b2", sigma_b2)):
         if check.real(_F, name, v, lo=0).ndim:
             check.fail(_F, name, "a scalar (a finite float >= 0)", v, TypeError)
-    if check.real(_F, "q0", q0, lo=0, lo_open=True).ndim:
-        check.fail(_F, "q0", "a scalar (a finite float > 0)", q0, TypeError)
+    q0 = check.input_gram(_F, "q0", q0, pair=False)
     dps = check.dps(_F, dps)
     if not isinstance(exact, bool):
         check.fail(_F, "exact", "True or False", exact, TypeError)
@@ -221,15 +236,27 @@ def finite_width(act: str | Activation, sigma_w2: float, sigma_b2: float, depth:
             K, V, K1 = (np.array([+v for v in arr], dtype=object) for arr in (K, V, K1))
         return FiniteWidth(K, V, K1, co, layers, params)
     sw, sb = float(sigma_w2), float(sigma_b2)
-    m2 = lambda K: float(evaluate(exprs[0], (q,), (K,), kk))  # noqa: E731
-    K = [sw * float(q0) + sb]
-    for _ in range(depth - 1):       # K first (the only nonlinear recursion), then the rest vectorised
-        K.append(sw * m2(K[-1]) + sb)
-    K = np.array(K)
+    K = layer_variances(act, sw, sb, depth, q0, _F)    # K first (the only nonlinear recursion), then the rest vectorised
     # the same recursion, the coefficients tabulated at K^(1..depth-1) by one vectorised evaluation each
     tab = [evaluate(e, (q,), (K[:-1],), kk) for e in exprs]
     _, V, K1 = _recurse(list(K), sw, sb, depth, lambda i: [t[i] for t in tab], co.k)
     return FiniteWidth(K, np.array(V, dtype=float), np.array(K1, dtype=float), co, layers, params)
+
+
+def layer_variances(act: Activation, sigma_w2: float, sigma_b2: float, depth: int, q0: float, func: str = _F):
+    """K^(1..depth) in float64, K^(l+1) = sigma_w2 <psi^2>_K + sigma_b2, K^(1) = sigma_w2 q0 + sigma_b2; a
+    ValueError of ``func`` naming sigma_w2 where a variance leaves float64's normal range (the maps would be
+    evaluated at 0: sigma_w2 = 1e-300 gave a ZeroDivisionError)."""
+    co, kk = coefficients(act), kinks(act.expr)
+    K = [sigma_w2 * float(q0) + sigma_b2]
+    tiny = np.finfo(float).tiny
+    for _ in range(depth):
+        if not K[-1] >= tiny:
+            check.variances_in_range(func, "sigma_w2", sigma_w2, K)
+        if len(K) == depth:
+            return np.array(K)
+        K.append(sigma_w2 * float(evaluate(co.psi2, (q,), (K[-1],), kk)) + sigma_b2)
+    return np.array(K)
 
 
 def _exact(v):

@@ -11,7 +11,7 @@ One recursion (``codegen.STEP_SOURCE``, grid kernel ``codegen.GRID_SOURCE``), th
 - ``numba-table``: maps without a closed form (tanh, softplus, sigmoid, silu, gelu, ELU, max-pools,
   avg-pools of these) interpolated from a certified table (:mod:`symfield.tables`, built once per
   activation and cached on disk) inside the same compiled kernel. The table covers the q-range the
-  grid reaches: a point that leaves it stops (status 2 inside the kernel), the table is extended and
+  grid reaches: a point that leaves it stops (status LEFT_TABLE inside the kernel), the table is extended and
   the point continues from its state; beyond the table cap (q > 2^16), or for unequal input norms
   with a non-homogeneous psi, points continue on the quadrature path (method ``numba-table+numpy-quadrature``);
 - ``numpy-quadrature``: the same step executed with NumPy arrays and the error-controlled quadrature
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 from functools import cached_property
@@ -45,7 +46,11 @@ METHODS = ("auto", "table", "quadrature")
 SMALL_JOB = {True: 64, False: 20000}
 
 
-OK, OVERFLOW, DOMAIN, UNDERFLOW = 0, 1, 2, 3
+# the compiled recursion's status codes (named in one place, codegen.Status); 0-3 are public, LEFT_TABLE
+# (the point stopped outside the table) and PAUSED (a chunk of layers ended) are internal
+_S = codegen.Status
+OK, OVERFLOW, DOMAIN, UNDERFLOW, LEFT_TABLE, PAUSED = (int(s) for s in (_S.OK, _S.OVERFLOW, _S.DOMAIN, _S.UNDERFLOW,
+                                                                       _S.LEFT_TABLE, _S.PAUSED))
 STATUS = {OK: "ok", OVERFLOW: "q overflowed (later layers NaN)",
           DOMAIN: "left the maps' domain (later layers NaN)",
           UNDERFLOW: "d underflowed: gamma beyond float64 after layer last_finite (q, q12 go on)"}
@@ -60,7 +65,11 @@ class Propagation(ToXarray):
     relative accuracy as c -> 1. ``status`` has the grid shape (see :data:`STATUS`): 0 ok; 1 q overflowed
     and 2 left the maps' domain (the point stops, later rows NaN); 3 d underflowed (gamma beyond float64)
     after layer ``last_finite`` (q and q12 go on; gamma is inf from there). ``last_finite`` is the last
-    layer with a finite gamma (depth when none failed). ``qbb`` is None when both inputs have equal norm.
+    layer with a finite gamma (depth when none failed). Points the table path cannot finish (beyond the
+    table cap, a failed extension, or a table that covers a point but could not evaluate it: one
+    RuntimeWarning) go on from their state on the quadrature path (``params["points_on_quadrature"]``,
+    method "numba-table+numpy-quadrature"); their status is the quadrature run's, with the same meanings.
+    ``qbb`` is None when both inputs have equal norm.
     ``method`` names the path that ran; ``error`` holds the certified per-step bounds of the table path
     (V relative, C against sqrt(V V), C_rel for odd psi; empty for closed forms and quadrature);
     ``params["distance"]`` names how D was evaluated and whether it is exact as c -> 1.
@@ -312,11 +321,13 @@ def _run_numba(module, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residua
     return out, status, last
 
 
-# Compiled code does not see Ctrl-C: the recursion runs in chunks of layers, each one compiled call of
-# about CHUNK_SECONDS, and a KeyboardInterrupt surfaces between them. The first chunk does CHUNK_WORK
-# point-layers; later chunks are sized from the measured time per layer of the previous one.
+# Compiled code does not see Ctrl-C: the recursion runs in chunks of layers, each one compiled call, and a
+# KeyboardInterrupt surfaces between them, so Ctrl-C waits for at most the chunk under way. The first chunk
+# does CHUNK_WORK point-layers (~0.02 s for closed forms, ~1 us per point-layer; a few times that for
+# tables); each later one is sized from the measured (wall) time per layer of the one before to last about
+# CHUNK_SECONDS, growing at most 8x per chunk: on a loaded machine the measured rate is the loaded one.
 CHUNK_SECONDS = 0.2
-CHUNK_WORK = 2e6
+CHUNK_WORK = 2e4
 
 
 def _recurse(recurse, inputs, depth, store, opts, start, st, out, status, last):
@@ -324,7 +335,7 @@ def _recurse(recurse, inputs, depth, store, opts, start, st, out, status, last):
 
     ``inputs`` = (sw, sb, qa0, qb0, qab0, d0), ``opts`` = (alpha2, residual, general, M). start, st, out,
     status and last end as after one call with stop = depth (bit-identical: the state between chunks is
-    the kernel's own continuation, start/st_* of status 5)."""
+    the kernel's own continuation, start/st_* of status PAUSED). Every chunk advances at least one layer."""
     run = start > 0
     if not run.any():
         return
@@ -338,7 +349,7 @@ def _recurse(recurse, inputs, depth, store, opts, start, st, out, status, last):
         per_layer = (time.perf_counter() - t0) / (stop - lo + 1)
         act = cs > 0
         start[act] = cs[act]
-        paused = act & (status == 5)
+        paused = act & (status == PAUSED)
         if stop >= depth or not paused.any():
             return
         cs = np.where(paused, cs, 0)
@@ -361,9 +372,12 @@ def _outputs(nstore, n, general, depth, alloc=np.empty):
 def _run_table(K, T, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general):
     """Compiled recursion with table maps; the table grows to the q-range the points reach.
 
-    A point leaving the table stops with status 4 and its state; the table is extended to cover
-    the stopped points (generously: x4 up, /8 down, to q = 0 below 2^(E0+3)) and they continue. Points
-    beyond the table cap, or whose extension fails, continue on the quadrature path."""
+    A point leaving the table stops with status LEFT_TABLE and its state; the table is extended to cover
+    the stopped points (generously: x4 up, /8 down, to q = 0 below 2^(E0+3)) and they continue. Each round
+    makes progress or stops (:func:`_grow`): a point continues only if the packed table it left did not
+    cover its q and the extended one does, so the covered q-range grows every round (at most
+    Q_CAP_EXP - E0 + 1 rounds). Points beyond the table cap, whose extension fails, or that left a table
+    that covers them (one warning) continue on the quadrature path."""
     n = sw.size
     out, status, last = _outputs(store.size, n, general, depth)
     start = np.ones(n, dtype=np.int64)
@@ -374,31 +388,46 @@ def _run_table(K, T, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual,
         _extend(T, float(q1.min()), float(q1.max()))
     run = np.ones(n, dtype=bool)
     quad = np.zeros(n, dtype=bool)
-    while True:
+    while run.any():
+        M = T.arrays()
         s = np.where(run, start, 0)
         _recurse(mod.recurse, (sw, sb, float(qa0), float(qb0), float(qab0), float(d0)), int(depth), store,
-                 (float(alpha2), bool(residual), bool(general), T.arrays()), s, st, out, status, last)
+                 (float(alpha2), bool(residual), bool(general), M), s, st, out, status, last)
         start[run] = s[run]
-        need = np.flatnonzero(run & (status == 4))
-        if need.size == 0:
-            break
-        qs = st[0][need]
-        cap = 2.0 ** tables.Q_CAP_EXP
-        ok = qs < cap * 0.99
-        try:
-            if ok.any():
-                _extend(T, float(qs[ok].min()), float(qs[ok].max()))
-        except tables.TableError:
-            ok[:] = False
+        need = np.flatnonzero(run & (status == LEFT_TABLE))
         run[:] = False
-        run[need[ok]] = True
-        quad[need[~ok]] = True
+        if need.size:
+            again = _grow(T, M, st[0][need])
+            run[need[again]] = True
+            quad[need[~again]] = True
     n_quad = int(quad.sum())
     if n_quad:
         idx = np.flatnonzero(quad)
         _run_numpy(K, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general,
                    idx=idx, start=start[idx], state=[v[idx] for v in st], out=(out, status, last))
     return out, status, last, n_quad
+
+
+def _grow(T, M, qs):
+    """Extend T for points that stopped (status LEFT_TABLE) at q = qs under the packed table M. True where a
+    point may go on with the table: M did not cover its q and T.arrays() now does. False (quadrature) beyond
+    the cap, when the extension fails, and where the table covers q but the point left it anyway (M covered
+    it, or the extension did not reach it: an inconsistent table, one warning; never another round)."""
+    left = ~tables.covers(M, qs)
+    ok = left & (qs < 2.0 ** tables.Q_CAP_EXP * 0.99)
+    try:
+        if ok.any():
+            _extend(T, float(qs[ok].min()), float(qs[ok].max()))
+    except tables.TableError:
+        return np.zeros(qs.shape, dtype=bool)
+    again = ok & tables.covers(T.arrays(), qs)
+    odd = ~left | (ok & ~again)
+    if odd.any():
+        lo, hi = T.q_range
+        warnings.warn(f"propagate: {int(odd.sum())} point(s) left the table of {T.name} at q = {qs[odd][0]:.6g}, "
+                      f"which it covers (q in [{lo:.3g}, {hi:.3g}]); they continue on the quadrature path",
+                      RuntimeWarning, stacklevel=5)
+    return again
 
 
 def _extend(T, lo, hi):

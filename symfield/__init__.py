@@ -25,9 +25,13 @@ from symfield.theory.gram import GramFluctuations, gram_fluctuations
 from symfield.theory.jacobian import IsometryDiagram, JacobianSpectrum, isometry_diagram, jacobian_spectrum
 from symfield.theory.width_gain import WidthGain, width_gain
 from symfield.theory.fixedpoint import (
+    DepthEOC,
+    FixedPoints,
     c_star,
     eoc,
     eoc_curve,
+    eoc_depth,
+    fixed_points,
     neutrality,
     phase,
     q_star,
@@ -54,7 +58,8 @@ __all__ = [
     # maps in numbers
     "V", "C", "map_value", "q_map", "qab_map", "chi1", "chi1_tilde", "q_growth",
     # fixed points, lines, phases
-    "q_star", "c_star", "xi_q", "xi_c", "eoc", "eoc_curve", "neutrality", "phase",
+    "q_star", "fixed_points", "FixedPoints", "c_star", "xi_q", "xi_c", "eoc", "eoc_curve", "eoc_depth", "DepthEOC",
+    "neutrality", "phase",
     "PhaseDiagram", "phase_diagram",
     # recursions
     "propagate", "divergence", "finite_width", "igb",

@@ -26,7 +26,7 @@ from symfield.core.dataset import ToXarray, flags
 from symfield.simulate import finite_data_gamma
 from symfield.symbolic.activation import Activation, activation
 from symfield.theory.finite_width import finite_width
-from symfield.theory.fixedpoint import eoc
+from symfield.theory.fixedpoint import eoc, eoc_depth
 from symfield.theory.gram import gram_fluctuations
 from symfield.theory.maps import q_map
 from symfield.theory.propagate import propagate
@@ -64,7 +64,8 @@ def _warn_if_not_reached(A, e, q0):
     else:
         return
     warnings.warn(f"init.gain: {A.name} at sigma_b2 = {float(e.sigma_b2):g}: chi1(q*) = 1 holds, but {why}; "
-                  "a deep network started at q0 does not sit at the edge of chaos.", RuntimeWarning, stacklevel=3)
+                  "a deep network started at q0 does not sit at the edge of chaos (pass depth=L for the "
+                  "sigma_w2 at which prod chi1 = 1 over L layers, sf.eoc_depth).", RuntimeWarning, stacklevel=3)
 
 
 def gain(act, sigma_b2=0.0, width=None, depth=None, residual=None, q0=1.0) -> float:
@@ -90,7 +91,9 @@ def gain(act, sigma_b2=0.0, width=None, depth=None, residual=None, q0=1.0) -> fl
     sigma_b2 : float
         Bias variance (>= 0).
     width, depth : int, optional
-        Give both to apply the width-aware correction (``sf.width_gain``): the sigma_w2 whose
+        ``depth`` alone: where the edge of chaos is unstable (see below), the depth-L edge of chaos
+        ``sf.eoc_depth`` (prod chi1 = 1 over ``depth`` layers from q0) is used instead, with a
+        RuntimeWarning. Give both to apply the width-aware correction (``sf.width_gain``): the sigma_w2 whose
         width-n mean variance at layer ``depth`` equals the infinite-width EOC value, to O(1/n^2).
     residual : float, optional
         alpha of residual blocks z + alpha (W phi(z) + b), for the width correction only.
@@ -112,14 +115,21 @@ def gain(act, sigma_b2=0.0, width=None, depth=None, residual=None, q0=1.0) -> fl
     A = _act(act)
     sb = float(check.real("init.gain", "sigma_b2", sigma_b2, lo=0))
     q0 = float(check.real("init.gain", "q0", q0, lo=0, lo_open=True))
-    if (width is None) != (depth is None):
-        missing = "depth" if depth is None else "width"
-        raise ValueError(f"init.gain: the width correction needs both width and depth; '{missing}' is missing.")
+    if width is not None and depth is None:
+        raise ValueError("init.gain: the width correction needs both width and depth; 'depth' is missing.")
     if residual is not None and width is None:
         raise ValueError("init.gain: 'residual' only enters the width correction; pass width and depth too.")
     e = eoc(A, sb)
     sw = float(e.sigma_w2)
-    _warn_if_not_reached(A, e, q0)
+    if not e.stable and depth is not None:      # the usable alternative: prod chi1 = 1 over the depth
+        d = eoc_depth(A, sb, depth, q0=q0)
+        warnings.warn(f"init.gain: {A.name} at sigma_b2 = {sb:g}: the edge of chaos q* = {float(e.q_star):.6g} is "
+                      f"unstable (q_slope = {e.q_slope:.6g} > 1); using the depth-{d.depth} edge of chaos "
+                      f"sigma_w2 = {d.sigma_w2:.10g} (prod chi1 = 1 from q0 = {q0:g}; a 1% change in sigma_w2 "
+                      f"changes the product by {d.sensitivity:.3g}%).", RuntimeWarning, stacklevel=2)
+        sw = d.sigma_w2
+    else:
+        _warn_if_not_reached(A, e, q0)
     if width is not None:
         sw = width_gain(A, sw, sb, width, depth, q0=q0, residual=residual).sigma_w2
     return math.sqrt(sw)

@@ -67,6 +67,15 @@ def _shipped_tables(request):
     caches.clear()
 
 
+@pytest.fixture(autouse=True)
+def _mpmath_precision():
+    """mpmath's working precision is process-global: a test that sets mp.mp.dps must not change the
+    oracles of the tests that run after it in the same worker."""
+    prec = mp.mp.prec
+    yield
+    mp.mp.prec = prec
+
+
 # ---- test order: `--shuffle SEED` runs the modules, and the tests inside each module, in an order drawn
 # from SEED (printed in the header), to show that no test depends on what ran before it.
 def pytest_addoption(parser):

@@ -129,6 +129,7 @@ def test_evalf_of_the_2d_covariance_integral_of_tanh():
     assert fnp(np.array([1.0, 1.0]), 1.0, np.array([0.5, 0.5])) == pytest.approx([float(ref)] * 2, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_evalf_of_a_2d_integral_with_a_kink_and_pieces():
     """elu's C: the product of two Piecewise is folded into one, so the integral is evaluated as nested
     1-D rules with the inner kink c z1 + s z2 = 0 as a function of z1."""

@@ -47,7 +47,8 @@ def test_every_notebook_is_tested():
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(EXPECTED)
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n.startswith("04_") else n
+                                  for n in sorted(EXPECTED)])   # 04 (verify) takes ~40 s
 def test_notebook_runs_small(name, tmp_path, monkeypatch):
     monkeypatch.setenv("SYMFIELD_NB_SMALL", "1")
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")

@@ -149,7 +149,7 @@ def test_linear_max2_closed_form_and_c_equals_one():
     assert sp.simplify(K.dC - sp.diff(K.C, q12)) == 0
 
 
-@pytest.mark.parametrize("name,k", [("relu", 2), ("tanh", 2), ("relu", 3), ("erf", 4)])
+@pytest.mark.parametrize("name,k", [("relu", 2), ("tanh", 2), pytest.param("relu", 3, marks=pytest.mark.slow), ("erf", 4)])
 def test_covariance_limits(name, k):
     """C(q, q, q) = V(q) and C(q1, q2, 0) = mean(q1) mean(q2), also approached at c -> 1."""
     act = pool(name, "max", k)

@@ -50,6 +50,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+from symfield.core import caches
 
 
 class CacheWarning(UserWarning):
@@ -89,7 +90,7 @@ def _configured() -> Path:
     return Path(xdg) / "symfield" / "codegen"
 
 
-_USABLE: dict = {}   # (configured location, key directory) -> the directory used by this process
+_USABLE: dict = caches.memo()   # (configured location, key directory) -> the directory used by this process
 
 
 def cache_dir() -> Path:
@@ -127,7 +128,7 @@ def cache_dir() -> Path:
 # ----------------------------------------------------------------------------- authentication
 KEY_BYTES = 32
 KEY_NAME = "cache.key"
-_KEYS: dict = {}      # key directory -> (key, why it is a per-process key or "")
+_KEYS: dict = caches.memo()      # key directory -> (key, why it is a per-process key or "")
 
 
 def _key_dir() -> Path:

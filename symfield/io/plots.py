@@ -65,7 +65,7 @@ def phase_diagram(pd, path=None, ax=None, title=None, act=None, dpi=None):
     norm = BoundaryNorm(np.arange(len(PHASES) + 1) - 0.5, cmap.N)
     ax.pcolormesh(pd.sigma_b2, pd.sigma_w2, pd.codes, cmap=cmap, norm=norm, shading="nearest", alpha=0.85)
     if np.isfinite(pd.eoc).sum() >= 2:
-        ax.plot(pd.sigma_b2, pd.eoc, "k-", lw=2, label="edge of chaos ($\\chi_1 = 1$)")
+        _eoc_line(ax, pd, "k")
     elif np.nanmin(pd.slope) < 1 < np.nanmax(pd.slope):  # no EOC curve (e.g. ReLU): the chi1 = 1 boundary
         ax.contour(pd.sigma_b2, pd.sigma_w2, pd.slope, levels=[1.0], colors="k", linewidths=2)
         ax.plot([], [], "k-", lw=2, label="order/chaos boundary ($\\chi_1 = 1$)")
@@ -389,10 +389,25 @@ def jacobian_depth(depths, variances, labels, ax=None, path=None, dpi=None):
     return _finish(fig, path, dpi, own)
 
 
+def _eoc_line(ax, pd, colour):
+    """The edge-of-chaos curve: solid where its q* is stable; dotted where q* is unstable (no network
+    reaches it), with the realised order/chaos boundary, the chi1 = 1 contour at the reached q*."""
+    stable = np.ones(pd.eoc.shape, bool) if pd.eoc_stable is None else np.asarray(pd.eoc_stable, bool)
+    ax.plot(pd.sigma_b2, np.where(stable, pd.eoc, np.nan), "-", color=colour, lw=2,
+            label="edge of chaos ($\\chi_1 = 1$)")
+    if not stable.all() and np.isfinite(pd.eoc[~stable]).any():
+        ax.plot(pd.sigma_b2, np.where(~stable, pd.eoc, np.nan), ":", color=colour, lw=2,
+                label="edge of chaos at an unstable $q^*$ (not reached)")
+        if np.nanmin(pd.slope) < 1 < np.nanmax(pd.slope):
+            ax.contour(pd.sigma_b2, pd.sigma_w2, pd.slope, levels=[1.0], colors=colour, linewidths=1.2,
+                       linestyles="-.")
+            ax.plot([], [], "-.", color=colour, lw=1.2, label="$\\chi_1 = 1$ at the reached $q^*$")
+
+
 def _boundary(ax, pd, colour):
     """The edge-of-chaos curve of a phase diagram (or its chi1 = 1 contour when there is no curve)."""
     if np.isfinite(pd.eoc).sum() >= 2:
-        ax.plot(pd.sigma_b2, pd.eoc, "-", color=colour, lw=2, label="edge of chaos ($\\chi_1 = 1$)")
+        _eoc_line(ax, pd, colour)
     elif np.nanmin(pd.slope) < 1 < np.nanmax(pd.slope):
         ax.contour(pd.sigma_b2, pd.sigma_w2, pd.slope, levels=[1.0], colors=colour, linewidths=2)
         ax.plot([], [], "-", color=colour, lw=2, label="order/chaos boundary ($\\chi_1 = 1$)")

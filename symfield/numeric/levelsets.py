@@ -82,6 +82,7 @@ from mpmath.libmp.libelefun import exp_fixed, ln2_fixed
 from scipy.special import ndtr
 
 from symfield.numeric.quadrature import GUARD, bvn_cdf, controlled
+from symfield.core import caches
 
 L_INT = 9.0                  # integration range in standard units
 L_DOM = 10.0                 # level-set domain [-X, X], X = L_DOM sd; boundaries beyond -> +-inf
@@ -360,7 +361,7 @@ class Levels:
         return _ndiff(LO / s, HI / s).sum(axis=-1)
 
 
-_LEVELS = {}
+_LEVELS: dict = caches.memo()
 
 
 def levels(key, phi, dphi, kinks, s):

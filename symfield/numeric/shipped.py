@@ -24,10 +24,11 @@ import os
 from pathlib import Path
 
 from symfield.core.files import CacheError
+from symfield.core import caches
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 MANIFEST = "MANIFEST.json"
-_MANIFESTS: dict = {}    # data directory -> {relative path: sha256}
+_MANIFESTS: dict = caches.memo()    # data directory -> {relative path: sha256}
 
 
 def enabled() -> bool:

@@ -87,6 +87,7 @@ from symfield.symbolic.gaussian import q2 as Q2
 from symfield.symbolic.gaussian import q12 as Q12
 from symfield.symbolic.integrals import Kind, integrals, kinds
 from symfield.symbolic.kernel import Kernel, kernel
+from symfield.core import caches
 
 TABLE_VERSION = 4
 E0 = -8                 # panel 0 is q in [0, 2^E0] (tanh's V is Gevrey, not analytic, at q = 0)
@@ -1076,7 +1077,7 @@ def load_module():
 
 
 # ----------------------------------------------------------------------------- disk cache
-_KEYS: dict = {}
+_KEYS: dict = caches.memo()
 
 
 def _key(K):
@@ -1211,7 +1212,7 @@ def _check_cells(cells, nt, tmax, what):
             raise ValueError(f"{what}: coefficients of shape {np.shape(coef)}")
 
 
-_TABLES: dict = {}
+_TABLES: dict = caches.memo()
 
 
 def table(act, q_lo=None, q_hi=None) -> Table:
@@ -1386,7 +1387,7 @@ def covers(M, q) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- sf.C's fast path
 BUILD_GUESS = 150.0      # seconds per panel assumed before any build was timed (tanh+max2: ~140 s measured)
-_SPENT: dict = {}        # (table key, panel) -> seconds sf.C spent on quadrature there
+_SPENT: dict = caches.memo()        # (table key, panel) -> seconds sf.C spent on quadrature there
 
 
 def fast_C_many(K, q1, q2, q12, one):

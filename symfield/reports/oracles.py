@@ -16,6 +16,7 @@ import math
 
 import mpmath
 import numpy as np
+from symfield.core import caches
 
 
 # ---------------------------------------------------------------- 1-D: adaptive mpmath.quad
@@ -59,7 +60,7 @@ def _gl(degree, dps):
         return mpmath.calculus.quadrature.GaussLegendre(mpmath.mp).calc_nodes(degree, mpmath.mp.prec)
 
 
-_PANELS: dict = {}
+_PANELS: dict = caches.memo()
 
 
 def _std_panel(a, nodes):

@@ -24,6 +24,7 @@ from symfield.symbolic.activation import Activation, activation, kinks
 from symfield.symbolic.formula import X as x
 from symfield.symbolic.kernel_type import MAPS, Kernel
 from symfield.symbolic.pool import max_kernel
+from symfield.core import caches
 
 q, q1, q2, q12 = G.q, G.q1, G.q2, G.q12
 
@@ -61,7 +62,7 @@ def kernel(act: str | Activation) -> Kernel:
     return found
 
 
-_DONE = {}
+_DONE: dict = caches.memo()
 
 
 def _step(what, name, fn, *args):

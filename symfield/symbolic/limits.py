@@ -20,10 +20,11 @@ from symfield.symbolic.activation import Activation
 from symfield.symbolic.formula import X as x
 from symfield.symbolic.gaussian import homogeneous
 from symfield.symbolic.kernel import Kernel, kernel
+from symfield.core import caches
 
 LIMIT_SECONDS = 20.0       # budget for SymPy's two limits
 _t = sp.Symbol("t", positive=True)
-_DONE: dict = {}
+_DONE: dict = caches.memo()
 
 
 def linear_growth(expr) -> tuple | None:

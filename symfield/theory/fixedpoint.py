@@ -2,10 +2,12 @@
 
     q* solves g(q) = sigma_w2 V(q) + sigma_b2 - q = 0,
 
-the first root above 0 in the direction the recursion moves from small q (the fixed point
-that the layer recursion reaches and that is stable from below). q* = 0 when sigma_b2 = 0 and
-g < 0 just above 0; q* = inf when g > 0 on the whole bracket (the variance grows without bound,
-e.g. ReLU with sigma_w2 > 2). The edge of chaos, c* and the neutrality line: docs/theory.md
+the root the layer recursion reaches from q^(1) = sigma_w2 + sigma_b2 (input norm 1): the first
+root above q^(1) where g(q^(1)) > 0, the largest below it where g(q^(1)) < 0 (:func:`_q_star_brackets`;
+gelu at (2.05, 0.05) has roots 0.1307 and 3.81 and reaches 0.1307 from q^(1) = 2.1). q* = 0 when
+sigma_b2 = 0 and g < 0 from q^(1) down to Q_MIN; q* = inf when g > 0 from q^(1) up to Q_MAX (the
+variance grows without bound, e.g. ReLU with sigma_w2 > 2). :func:`fixed_points` lists every root
+with its stability. The edge of chaos, c* and the neutrality line: docs/theory.md
 section 5; the phases: section 6.
 
 One algorithm per quantity, run in a number context ``N`` (as mpmath runs one algorithm in
@@ -49,6 +51,7 @@ from symfield.symbolic.gaussian import q2 as Q2
 from symfield.symbolic.gaussian import q12 as Q12
 from symfield.symbolic.kernel import kernel
 from symfield.symbolic.limits import limit_kernel
+from symfield.core import caches
 
 Q_MIN, Q_MAX = 1e-12, 1e12
 
@@ -74,10 +77,33 @@ def _at_infinity(K, qs):
     return _maps(LK), at_inf
 
 
-_DEGREE_ONE = {}
+def dpsi2_at_fixed_point(K, qs, dps=None):
+    """E[psi'^2] at the fixed points qs (array of float64 or mpmath numbers), the limits included:
+    q* = inf: the limit kernel's E[psi_inf'^2] (docs/theory.md section 6: exact for linearly growing
+    phi, and q-independent for positively homogeneous psi); q* = 0: E[psi'^2](0+). ValueError where
+    q* = inf and phi does not grow linearly (no limit map: chi1 has no finite limit)."""
+    qs = np.asarray(qs, dtype=object if dps is not None else float)
+    out = np.empty(qs.shape, dtype=object if dps is not None else float)
+    inf, zero = qs == math.inf, qs == 0
+    finite = ~inf & ~zero
+    if finite.any():
+        out[finite] = evaluate(K.dpsi2, (Q,), (qs[finite],), K.kinks, dps)
+    if zero.any():
+        tiny = 1e-40 if dps is None else mpmath.mpf(10) ** (-2 * dps - 10)
+        out[zero] = evaluate(K.dpsi2, (Q,), (tiny,), K.kinks, dps)
+    if inf.any():
+        LK = K if _degree_one(K) else limit_kernel(K)
+        if LK is None:
+            raise ValueError(f"{K.act.name}: q* is infinite and phi does not grow linearly, so E[psi'^2](q) "
+                             "has no finite limit as q -> inf and chi1 at q* is undefined; pass q=...")
+        out[inf] = evaluate(LK.dpsi2, (Q,), (1.0,), LK.kinks, dps)
+    return out if out.ndim else out[()]
 
 
-_ZERO_AT_ZERO = {}
+_DEGREE_ONE: dict = caches.memo()
+
+
+_ZERO_AT_ZERO: dict = caches.memo()
 
 
 def _zero_at_zero(K):
@@ -201,7 +227,7 @@ class _Maps:
         return out.reshape(q.shape)
 
 
-_MAPS = {}
+_MAPS: dict = caches.memo()
 
 
 def float_maps(K) -> _Maps:
@@ -329,42 +355,176 @@ def _context(K, dps):
 
 
 # ---------------------------------------------------------------- q*
-def _q_star_points(N, sw, sb):
-    """q* for 1-D arrays sw, sb of N's numbers: the first root of g(q) = sw V(q) + sb - q above 0,
-    except where q = 0 is a fixed point (sigma_b2 = 0, g <= 0 near 0) but the recursion climbs from
-    q^(1) = sw + sb (g(q^(1)) > 0, e.g. x erf(x) at sigma_w2 = 2): then the first root above q^(1).
-    The bracket's top starts at max(2 (sw + sb), 1) and grows by 4 (q* = inf past Q_MAX); NaN where
-    g <= 0 near 0 with sigma_b2 > 0."""
+SCAN_PER_DECADE = 16   # geometric scan of g(q) for sign changes: ratio 10^(1/16) = 1.155 between points
+
+
+def _scan_grid(lo, hi):
+    """Geometric grid from lo to hi (either order), SCAN_PER_DECADE points per decade, ends included."""
+    n = max(2, int(math.ceil(abs(math.log10(hi / lo)) * SCAN_PER_DECADE)) + 1)
+    return np.geomspace(lo, hi, n)
+
+
+def _g_float(F, sw, sb, q):
+    return sw * F.V(np.asarray(q, float)) + sb - q
+
+
+def _q_star_brackets(K, sw, sb, q1):
+    """float64 brackets of the fixed point the recursion reaches from q^(1) (1-D float arrays;
+    q^(1) = sigma_w2 q0 + sigma_b2): (kind, lo, hi) with kind 0 (q* = 0), 1 (q* = lo exactly),
+    2 (a root in [lo, hi]), 3 (q* = inf) or -1 (undefined: q^(1) or g not finite; q* is NaN). With g(q) = sigma_w2 V(q) + sigma_b2 - q:
+
+    * g(q^(1)) > 0: q increases to the first root above q^(1) (inf if g > 0 up to Q_MAX);
+    * g(q^(1)) < 0: q decreases to the largest root below q^(1); for sigma_b2 > 0 there is one in
+      [sigma_b2, q^(1)] (g(sigma_b2) = sigma_w2 V(sigma_b2) >= 0); for sigma_b2 = 0 none above
+      Q_MIN means q* = 0.
+
+    The roots are located by a geometric scan (SCAN_PER_DECADE points per decade) walking from q^(1)
+    in the direction the recursion moves (where V increases with q, as for every built-in, the
+    recursion is monotone between roots, so this is the root it reaches); a pair of roots closer
+    than one scan step is not resolved."""
+    F = _Float64(K)
     n = sw.size
-    out, lo = N.full(n, math.nan), N.full(n, Q_MIN)
-    glo = sw * N.V(lo) + sb - lo
-    zero = (glo <= 0) & (sb == 0)
-    up = np.zeros(n, bool)
-    j = np.nonzero(zero & (sw > 0))[0]
-    if j.size:              # q = 0 is a fixed point: does the recursion climb from q^(1) = sw + sb?
-        qa = sw[j] + sb[j]
-        ga = sw[j] * N.V(qa) + sb[j] - qa
-        climbs = ga > 0
-        up[j[climbs]] = True
-        lo[j[climbs]], glo[j[climbs]] = qa[climbs], ga[climbs]
-    out[zero & ~up] = N.zero
-    idx = np.nonzero((glo > 0) | up)[0]
-    hi = np.maximum(np.maximum(2 * (sb[idx] + sw[idx]), N.full(idx.size, 1.0)), 2 * lo[idx])
-    ghi = sw[idx] * N.V(hi) + sb[idx] - hi
-    while True:  # grow the brackets by 4 until g(hi) <= 0; past Q_MAX: q* = inf
-        grow = ghi > 0
-        over = grow & (hi * 4 > Q_MAX)
-        out[idx[over]] = N.inf
-        grow &= ~over
-        if not grow.any():
-            break
-        hi[grow] *= 4
-        ghi[grow] = sw[idx[grow]] * N.V(hi[grow]) + sb[idx[grow]] - hi[grow]
-    ok = ghi <= 0
-    idx, hi, ghi = idx[ok], hi[ok], ghi[ok]
+    kind, lo, hi = np.full(n, 2), np.full(n, math.nan), np.full(n, math.nan)
+    kind[~(q1 > 0)] = 0
+    with np.errstate(invalid="ignore", over="ignore"):
+        g1 = _g_float(F, sw, sb, np.where(np.isfinite(q1), q1, 1.0))
+    bad = (q1 > 0) & ~(np.isfinite(q1) & np.isfinite(g1))
+    kind[bad] = -1
+    live = np.nonzero((q1 > 0) & ~bad)[0]
+    g1 = g1[live]
+    exact = g1 == 0
+    kind[live[exact]], lo[live[exact]] = 1, q1[live[exact]]
+    live, g1 = live[~exact], g1[~exact]
+    up = g1 > 0
+    end = np.where(up, Q_MAX, np.maximum(sb[live], Q_MIN))
+    past = np.where(up, end <= q1[live], end >= q1[live])   # nothing to scan between q^(1) and the end
+    j = live[past]
+    kind[j] = np.where(up[past], 3, np.where(sb[j] == 0, 0, 2))
+    lo[j], hi[j] = np.where(kind[j] == 2, sb[j], math.nan), np.where(kind[j] == 2, q1[j], math.nan)
+    live, up, end = live[~past], up[~past], end[~past]
+    step = 10.0 ** (1 / SCAN_PER_DECADE)
+    prev = q1[live].copy()
+    while live.size:
+        cur = np.where(up, np.minimum(prev * step, end), np.maximum(prev / step, end))
+        with np.errstate(invalid="ignore", over="ignore"):
+            g = _g_float(F, sw[live], sb[live], cur)
+        stuck = ~np.isfinite(g) | (cur == prev)        # overflow, or no progress: undefined, not a loop
+        kind[live[stuck]] = -1
+        g = np.where(stuck, 0.0, g)
+        crossed = np.where(up, g <= 0, g >= 0) & ~stuck
+        hit = crossed & (g == 0)
+        kind[live[hit]], lo[live[hit]] = 1, cur[hit]
+        br = crossed & ~hit
+        lo[live[br]], hi[live[br]] = np.minimum(prev[br], cur[br]), np.maximum(prev[br], cur[br])
+        done = crossed | (cur == end) | stuck
+        ended = done & ~crossed & ~stuck
+        kind[live[ended]] = np.where(up[ended], 3, 0)
+        live, up, end, prev = live[~done], up[~done], end[~done], cur[~done]
+    return kind, lo, hi
+
+
+def _q_star_points(N, sw, sb, q1=None):
+    """q* for 1-D arrays sw, sb of N's numbers: the fixed point of g(q) = sw V(q) + sb - q that the
+    layer recursion reaches from q^(1) (default sw + sb: input norm q0 = 1), located in float64 by
+    :func:`_q_star_brackets` and solved in N's numbers on that bracket; 0 or inf where the
+    recursion goes there."""
+    fw, fb = np.array([float(v) for v in sw]), np.array([float(v) for v in sb])
+    kind, lo, hi = _q_star_brackets(N.K, fw, fb, fw + fb if q1 is None else np.asarray(q1, float))
+    out = N.full(sw.size, math.nan)
+    out[kind == 0] = N.zero
+    out[kind == 3] = N.inf
+    for j in np.nonzero(kind == 1)[0]:
+        out[j] = sw[j] + sb[j] if q1 is None and lo[j] == fw[j] + fb[j] else N.num([lo[j]])[0]
+    idx = np.nonzero(kind == 2)[0]
     if idx.size:
-        out[idx] = N.roots(lambda x, j: sw[idx[j]] * N.V(x) + sb[idx[j]] - x, lo[idx], hi, glo[idx], ghi, "q_star")
+        a, b = N.num(lo[idx]), N.num(hi[idx])
+        fa = sw[idx] * N.V(a) + sb[idx] - a
+        fb_ = sw[idx] * N.V(b) + sb[idx] - b
+        out[idx] = N.roots(lambda x, j: sw[idx[j]] * N.V(x) + sb[idx[j]] - x, a, b, fa, fb_, "q_star")
     return out
+
+
+@dataclass(frozen=True)
+class FixedPoints:
+    """Every fixed point of the variance map q -> sigma_w2 V(q) + sigma_b2 found on (Q_MIN, Q_MAX),
+    with its stability, and the one the recursion reaches from q^(1).
+
+    ``roots`` ascending; ``slopes`` sigma_w2 V'(q) at each (``stable`` where < 1: nearby q move
+    towards it); ``q1`` = sigma_w2 q0 + sigma_b2, the first layer's variance; ``q_star`` the attractor
+    reached from q1 (0 or inf included); ``basin`` the open interval of q^(1) values that reach it
+    (bounded by the neighbouring unstable roots); ``note`` a one-line description."""
+    sigma_w2: float
+    sigma_b2: float
+    q0: float
+    q1: float
+    q_star: float
+    roots: tuple
+    slopes: tuple
+    basin: tuple
+    note: str
+
+    @property
+    def stable(self) -> tuple:
+        return tuple(bool(s < 1) for s in self.slopes)
+
+
+def fixed_points(act: str | Activation, sigma_w2: float, sigma_b2: float, q0: float = 1.0) -> FixedPoints:
+    """All fixed points of the variance map, their stability and the one reached from q0.
+
+    g(q) = sigma_w2 V(q) + sigma_b2 - q is scanned geometrically on (Q_MIN, Q_MAX) for sign changes
+    (SCAN_PER_DECADE points per decade) and each root is solved by bisection in float64; the slope
+    sigma_w2 V'(q) at a root says whether it attracts (< 1) or repels (> 1). gelu at (2.05, 0.05) has
+    a stable root at 0.1307 and an unstable one at 3.81: q^(1) = 2.1 lies in the stable root's basin.
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    sigma_w2, sigma_b2 : float
+        Weight and bias variances (>= 0).
+    q0 : float
+        Input norm ``|x|^2/n0`` (> 0): q^(1) = sigma_w2 q0 + sigma_b2.
+
+    Returns
+    -------
+    FixedPoints
+        ``roots``, ``slopes``, ``stable``, ``q1``, ``q_star`` (reached from q1), ``basin``, ``note``.
+
+    Examples
+    --------
+    >>> fp = sf.fixed_points("gelu", 2.05, 0.05)
+    >>> [round(r, 4) for r in fp.roots], fp.stable, round(fp.q_star, 4)
+    ([0.1307, 3.8147], (True, False), 0.1307)
+    """
+    K = kernel(act)
+    sw = float(check.real("fixed_points", "sigma_w2", sigma_w2, lo=0))
+    sb = float(check.real("fixed_points", "sigma_b2", sigma_b2, lo=0))
+    q0 = float(check.real("fixed_points", "q0", q0, lo=0, lo_open=True))
+    F = _Float64(K)
+    grid = _scan_grid(Q_MIN, Q_MAX)
+    g = _g_float(F, np.full(grid.size, sw), sb, grid)
+    roots = []
+    for k in np.nonzero(np.sign(g[:-1]) * np.sign(g[1:]) <= 0)[0]:
+        if g[k] == 0:
+            if not roots or roots[-1] != grid[k]:
+                roots.append(float(grid[k]))
+            continue
+        if g[k + 1] == 0:
+            continue
+        r = vroot(lambda x, j: _g_float(F, np.full(x.size, sw), sb, x), np.array([grid[k]]),
+                  np.array([grid[k + 1]]), np.array([g[k]]), np.array([g[k + 1]]))[0]
+        roots.append(float(r))
+    slopes = tuple(q_slope(K, sw, r) for r in roots)
+    q1 = sw * q0 + sb
+    qs = float(_q_star_points(F, np.array([sw]), np.array([sb]), q1=np.array([q1]))[0])
+    unstable = [r for r, s in zip(roots, slopes) if s > 1]
+    below = max([r for r in unstable if r < q1], default=0.0)
+    above = min([r for r in unstable if r > q1], default=math.inf)
+    basin = (below, above)
+    stab = ["stable" if s < 1 else ("marginal" if s == 1 else "unstable") for s in slopes]
+    listed = ", ".join(f"{r:.6g} ({t}, slope {s:.4g})" for r, s, t in zip(roots, slopes, stab)) or "none"
+    note = f"fixed points on ({Q_MIN:g}, {Q_MAX:g}): {listed}; from q^(1) = {q1:.6g} the recursion reaches q* = {qs:.6g}"
+    return FixedPoints(sw, sb, q0, q1, qs, tuple(roots), slopes, basin, note)
 
 
 def q_star(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike,
@@ -558,6 +718,14 @@ def _eoc_points(N, sb):
     return sw, qs
 
 
+def q_slope(K, sigma_w2, q) -> float:
+    """sigma_w2 V'(q) in float64 at a fixed point q >= 0 of kernel K: below 1 the fixed point attracts,
+    above 1 it repels (q = 0, where psi(0) = 0: V'(0+) = E[psi'^2](0+))."""
+    if float(q) > 0:
+        return float(sigma_w2) * float(evaluate(K.dV, (Q,), (float(q),), K.kinks))
+    return float(sigma_w2) * float(evaluate(K.dpsi2, (Q,), (1e-40,), K.kinks))
+
+
 def eoc(act: str | Activation, sigma_b2: float, dps: int | None = None) -> EOC:
     """Edge of chaos at ``sigma_b2``: result with .sigma_w2 and .q_star (bracketing root finder).
     Positively homogeneous psi (relu family): sigma_w2 = 1/E[psi'^2] at every sigma_b2, q* = inf
@@ -593,15 +761,95 @@ def eoc(act: str | Activation, sigma_b2: float, dps: int | None = None) -> EOC:
         sw, qs, slope, note = _eoc_homogeneous(K, sb, dps)
     else:
         sw, qs = eoc_point(K, sb, dps)
-        if float(qs) > 0:
-            dV = evaluate(K.dV, (Q,), (float(qs),), K.kinks)
-        else:                      # q* = 0 (psi(0) = 0): V'(0+) = E[psi'^2](0+)
-            dV = evaluate(K.dpsi2, (Q,), (1e-40,), K.kinks)
-        slope = float(sw) * float(dV)
+        slope = q_slope(K, sw, qs)
+    if not slope <= 1 and not note:
+        note = (f"q* = {float(qs):.6g} is an unstable fixed point (q_slope = sigma_w2 V'(q*) = {slope:.6g} > 1): "
+                "no network reaches it, so this sigma_w2 does not put a deep network at the edge of chaos; "
+                "sf.eoc_depth(act, sigma_b2, depth) gives the sigma_w2 at which the product of chi1 over the "
+                "layers is 1.")
     if dps is not None:
         with mpmath.workdps(dps):
             sb = to_mpf(sb)
     return EOC(sigma_b2=sb, sigma_w2=sw, q_star=qs, q_slope=slope, note=note)
+
+
+@dataclass(frozen=True)
+class DepthEOC:
+    """The depth-L edge of chaos: the sigma_w2 at which prod_{l=1}^{L} chi1(q^(l)) = 1 along the
+    variance recursion from q0 (``chi_product`` the product reached, 1 to the root's accuracy);
+    ``sensitivity`` = d ln(prod chi1)/d ln(sigma_w2) there (a 1 % error in sigma_w2 changes the
+    product by about ``sensitivity`` %); ``q_last`` = q^(L)."""
+    sigma_b2: float
+    sigma_w2: float
+    depth: int
+    q0: float
+    chi_product: float
+    sensitivity: float
+    q_last: float
+
+
+def _log_chi_product(K, sw, sb, depth, q0):
+    """sum_{l=1}^{L} ln(sigma_w2 E[psi'^2](q^(l))), q^(1) = sigma_w2 q0 + sigma_b2, q^(l+1) =
+    sigma_w2 V(q^(l)) + sigma_b2, for a 1-D array sw (float64; q capped at Q_MAX, where the limit map
+    holds); also returns q^(L)."""
+    F = _Float64(K)
+    q = sw * q0 + sb
+    total = np.zeros(sw.shape)
+    for layer in range(depth):
+        if layer:
+            q = np.minimum(sw * F.V(q) + sb, Q_MAX)
+        with np.errstate(divide="ignore"):
+            total += np.log(sw * F.dpsi2(np.maximum(q, Q_MIN)))
+    return total, q
+
+
+def eoc_depth(act: str | Activation, sigma_b2: float, depth: int, q0: float = 1.0) -> DepthEOC:
+    """Depth-L edge of chaos: sigma_w2 with prod_{l=1}^{L} chi1(q^(l)) = 1 along the recursion from q0.
+
+    The usable gain where the edge of chaos of :func:`eoc` is an unstable fixed point that no network
+    reaches (gelu, silu at small sigma_b2): the input-output Jacobian's mean squared singular value
+    prod chi1 is then 1 at depth L exactly. The root of ln(prod chi1) in sigma_w2 is bracketed on a
+    geometric scan of (1e-3, 1e3) and solved by bisection in float64.
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    sigma_b2 : float
+        Bias variance (>= 0).
+    depth : int
+        Number of layers L (>= 1).
+    q0 : float
+        Input norm ``|x|^2/n0`` (> 0).
+
+    Returns
+    -------
+    DepthEOC
+        ``sigma_w2``, ``chi_product``, ``sensitivity``, ``q_last``.
+
+    Examples
+    --------
+    >>> round(sf.eoc_depth("relu", 0.1, 10).sigma_w2, 12)
+    2.0
+    """
+    K = kernel(act)
+    sb = float(check.real("eoc_depth", "sigma_b2", sigma_b2, lo=0))
+    L = check.integer("eoc_depth", "depth", depth, lo=1)
+    q0 = float(check.real("eoc_depth", "q0", q0, lo=0, lo_open=True))
+    _refuse_jumps(K)
+    grid = np.geomspace(1e-3, 1e3, 6 * 16 + 1)
+    f, _ = _log_chi_product(K, grid, sb, L, q0)
+    cross = np.nonzero((f[:-1] < 0) & (f[1:] >= 0))[0]
+    if not cross.size:
+        raise ValueError(f"eoc_depth: {K.act.name} at sigma_b2 = {sb:g}, depth {L}: the product of chi1 over the "
+                         f"layers does not cross 1 for sigma_w2 in (1e-3, 1e3) (it runs from {math.exp(f[0]):.3g} "
+                         f"to {math.exp(min(f[-1], 700)):.3g}).")
+    k = cross[0]
+    sw = float(vroot(lambda x, j: _log_chi_product(K, x, sb, L, q0)[0], grid[k:k + 1], grid[k + 1:k + 2],
+                     f[k:k + 1], f[k + 1:k + 2])[0])
+    h = 1e-5
+    (fm, val, fp_), ql = _log_chi_product(K, sw * np.array([1 - h, 1, 1 + h]), sb, L, q0)
+    return DepthEOC(sb, sw, L, q0, float(math.exp(val)), float((fp_ - fm) / (2 * h)), float(ql[1]))
 
 
 def eoc_curve(act: str | Activation, sigma_b2: ArrayLike, dps: int | None = None) -> NDArray[Any]:
@@ -895,7 +1143,7 @@ def _deviation(K, LK):
     return 1.05 * R if np.isfinite(R) and outer.max() <= 1.05 * inner.max() else math.inf
 
 
-_CUTOFF = {}
+_CUTOFF: dict = caches.memo()
 
 
 def _neutral_cutoff(K):
@@ -1056,12 +1304,15 @@ PHASES = ("ordered-deep-prejudice", "edge-of-chaos", "chaotic-deep-prejudice", "
 
 @dataclass(frozen=True)
 class Phase:
-    """The phase of one initialisation (Table 1 of Bassi et al.) and the fields that decided it."""
+    """The phase of one initialisation (Table 1 of Bassi et al.) and the fields that decided it;
+    ``note`` describes the cases Table 1 does not cover (docs/theory.md section 6) and lists every
+    fixed point of the variance map where it has several."""
     label: str
     q_star: float
     c_star: float
     gamma_star: float
     slope: float
+    note: str = ""
 
 
 def phase_fields(K, sigma_w2, sigma_b2, eoc_tol):
@@ -1079,9 +1330,29 @@ def phase_fields(K, sigma_w2, sigma_b2, eoc_tol):
     gap = _gap_star(K, sw, sb, cs, qs)          # 1 - c*, from the distance map where c* is near 1
     with np.errstate(divide="ignore", invalid="ignore"):
         gamma = np.where(cs >= 1, math.inf, (1 - gap) / gap)
+    blind = sw == 0                             # every input gives the same pre-activations: c* = 1
+    cs, gamma, slope = np.where(blind, 1.0, cs), np.where(blind, math.inf, gamma), np.where(blind, 0.0, slope)
     codes = np.where(cs >= 1, np.where(np.abs(slope - 1) <= tol, 1, np.where(slope < 1, 0, 2)),
                      np.where(cs > 0.5, 3, 4))
     return codes, qs, cs, gamma, slope
+
+
+def _phase_note(K, sw, sb, qs, cs, slope):
+    """The one-line note of :class:`Phase` (empty where Table 1 applies as it stands)."""
+    if sw == 0:
+        return ("sigma_w2 = 0: every input gives the same pre-activations (all 0 at sigma_b2 = 0), so c* = 1 "
+                "and chi1 = 0: ordered-deep-prejudice by convention at sigma_b2 = 0 too")
+    parts = []
+    if qs == 0 and cs < 1:
+        parts.append(f"q* = 0: the signal vanishes with depth (chi1 = {slope:.4g} at q -> 0) while c stops at an "
+                     f"input-dependent limit below 1 (c* = {cs:.6g} from q0 = 1, qab0 = 0): the change of c per layer "
+                     f"shrinks with q; Table 1 has no row for c* < 1 without chi1 > 1, and the label "
+                     f"follows c* alone")
+    if 0 < qs < math.inf or qs == math.inf:
+        fp = fixed_points(K.act, sw, sb)
+        if len(fp.roots) > 1:
+            parts.append(fp.note)
+    return "; ".join(parts)
 
 
 def phase(act: str | Activation, sigma_w2: float, sigma_b2: float, eoc_tol: float = 1e-6,
@@ -1089,7 +1360,10 @@ def phase(act: str | Activation, sigma_w2: float, sigma_b2: float, eoc_tol: floa
     """One of PHASES. c* = 1 (gamma* = inf): ordered / edge-of-chaos / chaotic by the slope
     chi1 (< 1, abs(chi1 - 1) <= eoc_tol, > 1); c* in (1/2, 1): prejudice; c* <= 1/2: neutrality.
     chi1 is taken at q* (at q = 1 for positively homogeneous psi when q* is 0 or inf, where it
-    does not depend on q). ``full=True`` returns a :class:`Phase` with q*, c*, gamma*, slope.
+    does not depend on q). ``full=True`` returns a :class:`Phase` with q*, c*, gamma*, slope and a
+    note. Degenerate corners (docs/theory.md section 6): sigma_w2 = 0 is ordered-deep-prejudice (c* = 1,
+    chi1 = 0, (0, 0) included); where q* = 0 with c* < 1 (tanh at sigma_b2 = 0, sigma_w2 <= 1) the label
+    follows c* alone, as chi1 < 1 has no row with c* < 1 in Table 1.
 
     Parameters
     ----------
@@ -1118,7 +1392,10 @@ def phase(act: str | Activation, sigma_w2: float, sigma_b2: float, eoc_tol: floa
     tol = float(check.real("phase", "eoc_tol", eoc_tol, lo=0))
     codes, qs, cs, gamma, slope = (v[0] for v in phase_fields(K, np.array([sw]), np.array([sb]), tol))
     label = PHASES[int(codes)]
-    return Phase(label, float(qs), float(cs), float(gamma), float(slope)) if full else label
+    if not full:
+        return label
+    return Phase(label, float(qs), float(cs), float(gamma), float(slope),
+                 _phase_note(K, sw, sb, float(qs), float(cs), float(slope)))
 
 
 def _depth_scale(func, act, sigma_w2, sigma_b2, slope_of):

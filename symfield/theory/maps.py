@@ -28,7 +28,8 @@ from symfield.symbolic.gaussian import q12 as Q12
 from symfield.symbolic.integrals import Kind, kinds
 from symfield.symbolic.kernel import kernel
 from symfield.symbolic.kernel_type import MAPS
-from symfield.theory.fixedpoint import q_star
+from symfield.theory.fixedpoint import dpsi2_at_fixed_point, q_star
+from symfield.core import caches
 
 
 def _num(func, name, value, dps, **rule):
@@ -104,7 +105,7 @@ def _on_bound(x, y, z):
     return z
 
 
-_TABULATED: dict = {}   # Kernel -> whether sf.C takes the table path (max-pool C without a closed form)
+_TABULATED: dict = caches.memo()   # Kernel -> whether sf.C takes the table path (max-pool C without a closed form)
 
 
 def _tabulated(K):
@@ -252,7 +253,9 @@ def chi1(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, q: Arr
     sigma_w2, sigma_b2 : array_like
         Weight and bias variances (>= 0); arrays broadcast.
     q : array_like, optional
-        The variance at which to evaluate (> 0); default q* (:func:`q_star`).
+        The variance at which to evaluate (> 0); default q* (:func:`q_star`), where q* = inf gives
+        the limit map's slope sigma_w2 E[psi_inf'^2] (gelu: sigma_w2/2) and q* = 0 gives
+        sigma_w2 E[psi'^2](0+).
     dps : int, optional
         None for float64; N for mpmath numbers correct to N digits.
 
@@ -270,8 +273,9 @@ def chi1(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, q: Arr
     dps = check.dps("chi1", dps)
     sw = _num("chi1", "sigma_w2", sigma_w2, dps, lo=0)
     _num("chi1", "sigma_b2", sigma_b2, dps, lo=0)
-    if q is None:
-        q = q_star(act, sigma_w2, sigma_b2, dps=dps)
+    if q is None:       # at q*: its limits q* = 0 and q* = inf included (the slope sf.phase uses)
+        qs = q_star(act, sigma_w2, sigma_b2, dps=dps)
+        return _combine(sw, 0, dpsi2_at_fixed_point(K, qs, dps), dps)
     qv = _num("chi1", "q", q, dps, lo=0, lo_open=True)
     return _combine(sw, 0, evaluate(K.dpsi2, (Q,), (qv,), K.kinks, dps), dps)
 

@@ -17,7 +17,7 @@ from symfield.core import validate as check
 from symfield.core.dataset import ToXarray
 from symfield.symbolic.activation import Activation
 from symfield.symbolic.kernel import kernel
-from symfield.theory.fixedpoint import PHASES, eoc_point, neutrality_line, phase_fields
+from symfield.theory.fixedpoint import PHASES, eoc_point, neutrality_line, phase_fields, q_slope
 from symfield.theory.propagate import propagate
 
 
@@ -26,7 +26,10 @@ class PhaseDiagram(ToXarray):
     """Fields have shape (len(sigma_w2), len(sigma_b2)); ``codes`` index PHASES.
 
     ``eoc`` and ``neutrality`` give sigma_w2 of those lines at each sigma_b2 (NaN where the
-    line does not exist; positively homogeneous psi: the EOC is 1/E[psi'^2] at every sigma_b2).
+    line does not exist; positively homogeneous psi: the EOC is 1/E[psi'^2] at every sigma_b2);
+    ``eoc_stable`` says where the EOC's q* is a stable fixed point (sigma_w2 V'(q*) <= 1). Where it
+    is not (gelu, silu at small sigma_b2), no network reaches it: the labels follow the fixed point
+    reached from q^(1), and the realised order/chaos boundary is the chi1 = 1 contour of ``slope``.
     With ``depth`` set, ``c_depth``/``gamma_depth`` hold c and gamma at that layer (sf.propagate),
     the finite-depth picture the paper plots. ``to_xarray()``: dims (sigma_w2, sigma_b2); ``codes``
     carries CF flag_values/flag_meanings (the names of PHASES; -1 "failed" when present)."""
@@ -44,6 +47,7 @@ class PhaseDiagram(ToXarray):
     depth: int | None = None
     c_depth: np.ndarray | None = field(default=None, repr=False)
     gamma_depth: np.ndarray | None = field(default=None, repr=False)
+    eoc_stable: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def labels(self) -> np.ndarray:
@@ -111,11 +115,14 @@ def phase_diagram(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLik
     codes, qs, cs, gamma, slope = phase_fields(K, W.ravel(), B.ravel(), tol)
     shape = W.shape
     eoc = np.full(sb_axis.shape, np.nan)
+    stable = np.ones(sb_axis.shape, bool)
     for i, b in enumerate(sb_axis):
         try:
-            eoc[i] = eoc_point(K, float(b))[0]
+            eoc[i], qe = eoc_point(K, float(b))
         except (ValueError, ArithmeticError):
-            pass  # no EOC at this sigma_b2 (e.g. x erf(x) at sigma_b2 = 0)
+            continue  # no EOC at this sigma_b2 (e.g. x erf(x) at sigma_b2 = 0)
+        if 0 < qe < np.inf:
+            stable[i] = q_slope(K, eoc[i], qe) <= 1
     neut = np.full(sb_axis.shape, np.nan)
     pos = sb_axis > 0
     if pos.any():
@@ -126,4 +133,4 @@ def phase_diagram(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLik
         c_d, g_d = r.c[0], r.gamma[0]
     return PhaseDiagram(K.act.name, sw_axis, sb_axis, codes.reshape(shape), qs.reshape(shape),
                         cs.reshape(shape), gamma.reshape(shape), slope.reshape(shape), eoc, neut,
-                        tol, depth, c_d, g_d)
+                        tol, depth, c_d, g_d, stable)

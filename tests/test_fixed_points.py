@@ -109,3 +109,24 @@ def test_overflowing_first_layer_gives_nan_not_a_loop():
     """sigma_w2 q0 + sigma_b2 overflows: q* is undefined (NaN), found at once (it once looped forever)."""
     assert math.isnan(sf.q_star("tanh", 1e308, 1e308))
     assert sf.q_star("tanh", 1e300, 1e300) == pytest.approx(2e300, rel=1e-12)   # V(q) -> 1: q* = sw + sb
+
+
+def test_q_star_zero_descent_builds_its_table_in_one_round(monkeypatch, tmp_path):
+    """x erf(x) at (1/3, 0): q* = 0, and the descent q' = sigma_w2 V(q) crosses ~25 octaves in a few layers.
+    The table is grown once over the whole descent (one round of mpmath spot checks, ~3 s each round), not
+    once per layer; panel 0 is refused for x erf(x) (C ~ q^2), so the descent below 2^-8 uses quadrature.
+    c* is the stable root 1/2 of the q -> 0 limit map (1 + 2c^2)/3 (exact)."""
+    from symfield.core import caches
+    from symfield.numeric import tables
+    monkeypatch.setenv("SYMFIELD_CACHE", str(tmp_path))
+    monkeypatch.setenv("SYMFIELD_SHIPPED", "0")
+    caches.clear()
+    rounds = []
+    checks = tables.Table._mp_checks
+    monkeypatch.setattr(tables.Table, "_mp_checks", lambda self, built, n=None: (rounds.append(sorted(built)),
+                                                                               checks(self, built, n))[1])
+    try:
+        assert abs(sf.c_star("x*erf(x)", 1 / 3, 0.0) - 0.5) <= 1e-6
+    finally:
+        caches.clear()
+    assert rounds == [list(range(1, tables.panel_of(1 / 3) + 1))], rounds     # panels 1..7, q in [2^-8, 1/2)

@@ -190,3 +190,8 @@ def test_latex_is_that_of_the_plain_integral_in_sympy_and_in_derive():
         plain = sp.Integral(*I.args)
         assert sp.latex(I) == sp.latex(plain)
         assert tex(I) == tex(plain)
+        # inside a power, product or quotient it binds like an Integral: E[psi]^2 is (int Dz psi)^2, never
+        # int Dz psi^2 (softplus's gamma^(2) document had V - E[psi]^2 printed as 0 this way)
+        x = sp.Symbol("x")
+        for e, p in ((I ** 2, plain ** 2), (x * I, x * plain), (I / (1 + I ** 2), plain / (1 + plain ** 2))):
+            assert sp.latex(e) == sp.latex(p) and tex(e) == tex(p) and sp.pretty(e) == sp.pretty(p)

@@ -357,6 +357,23 @@ def test_non_monotone_dps_two_precisions(name):
         assert abs(sf.map_value(act, m, 1.0) - float(b)) <= TOL["identity"] * abs(float(b))
 
 
+def bisect(g, lo, hi):
+    """The root of g in [lo, hi], g(lo) < 0 < g(hi): the secant method (anderson) when it lands inside the bracket
+    with a residual at rounding level, else bisection to working precision (no tolerance to miss)."""
+    try:
+        r = mp.findroot(g, (lo, hi), solver="anderson", verify=False)
+        if lo < r < hi and abs(g(r)) <= 2 ** (8 - mp.mp.prec) * (1 + abs(g(lo)) + abs(g(hi))):
+            return r
+    except (ValueError, ZeroDivisionError):
+        pass
+    for _ in range(mp.mp.prec + 8):
+        mid = (lo + hi) / 2
+        if mid in (lo, hi):
+            break
+        lo, hi = (mid, hi) if g(mid) < 0 else (lo, mid)
+    return (lo + hi) / 2
+
+
 def mp_max2_bruteforce(name, f, qq, dps=20):
     """E[f(max(phi(x), phi(y)))], x, y i.i.d. N(0, q): nested mpmath.quad of the 2-dimensional definition, the inner
     integral split where phi(y) = phi(x) (roots written out per activation), the outer at phi's turning points and
@@ -370,9 +387,9 @@ def mp_max2_bruteforce(name, f, qq, dps=20):
             outer = [-L, x0, 0, L]
 
             def roots(a):
-                out = [mp.findroot(lambda t: phi(t) - a, (x0, L), solver="anderson")] if a > phi(x0) else []
-                if phi(x0) < a < 0:
-                    out.append(mp.findroot(lambda t: phi(t) - a, (-L, x0), solver="anderson"))
+                out = [bisect(lambda t: phi(t) - a, x0, L)] if phi(x0) < a < phi(L) else []
+                if phi(x0) < a < phi(-L):   # left branch: phi -> 0- like a Gaussian tail, so solve log(-phi) = log(-a)
+                    out.append(bisect(lambda t: mp.log(-phi(t)) - mp.log(-a), -L, x0))
                 return out
         else:  # cos
             phi = mp.cos

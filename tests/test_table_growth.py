@@ -152,6 +152,32 @@ def test_point_leaving_a_table_that_covers_it_goes_to_quadrature(cache, built, b
     _check(r)
 
 
+def test_tiny_job_leaving_a_table_finishes_on_quadrature_and_builds_nothing(cache, built, bounded):
+    """Ski rental after the first build: a job of a few point-layers (method "auto") that leaves an existing
+    table finishes on the quadrature path instead of building panels (x erf(x) at (2, 0) after a c* call
+    built 25 octaves, 52 s, for 29 layers of one point). Here q decays from 0.4 below the table (q < 1/8)
+    at layer 5 of 8: no extension beyond the first layer's guess, panels {6, 7, 8} untouched, no warning;
+    q against mpmath (sf.q_map, dps 15), q12 against the quadrature path."""
+    T = tables.Table(K)
+    T.panels.update({p: built[p] for p in (6, 7, 8)})
+    T.info["mp_checks"] = []
+    tables._TABLES[tables._key(K)] = T
+    depth = 8
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        r = sf.propagate("tanh", SW, SB, depth, q0=Q0, qab0=QAB0)
+    assert r.method == "numba-table+numpy-quadrature" and r.params["points_on_quadrature"] == 1
+    assert len(bounded) == 1 and sorted(T.panels) == [6, 7, 8]
+    assert r.status.tolist() == 0
+    q = Q0 * SW + SB
+    for layer in range(1, depth + 1):
+        assert abs(r.q[layer - 1] - q) <= 1e-13 * q, layer
+        q = float(sf.q_map("tanh", q, SW, SB, dps=15))
+    assert r.q[-1] < 0.125
+    ref = sf.propagate("tanh", SW, SB, depth, q0=Q0, qab0=QAB0, method="quadrature")
+    np.testing.assert_allclose(r.qab, ref.qab, rtol=1e-13)
+
+
 def test_status_codes_are_named_once():
     """The compiled recursion's codes come from codegen.Status; propagate's public ones keep their values."""
     S = codegen.Status

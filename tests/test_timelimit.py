@@ -176,3 +176,33 @@ def test_outer_error_not_converted_by_an_active_inner_budget():
         assert "0.2 s" in str(err)
     assert time.perf_counter() - t0 < 2.0 and seen == []
     assert _quiet(timelimit.REFIRE_SECONDS + 0.1) is None
+
+
+# ---- CPU-time budgets (verify's phase checks): work done, not wall time
+def test_cpu_budget_stops_work_after_its_cpu_seconds():
+    t0 = time.perf_counter()
+    try:
+        timelimit.call_with_cpu_limit(0.3, _spin, 30.0)
+    except timelimit.TimeLimitExceeded as err:
+        assert "0.3 s of CPU" in str(err)
+    else:
+        raise AssertionError("a CPU budget of 0.3 s let 30 s of work finish")
+    assert time.perf_counter() - t0 < 10.0
+
+
+def test_cpu_budget_is_not_spent_by_waiting_or_by_other_threads():
+    """A call that waits 1 s (no CPU of its own) while another thread burns CPU finishes under a 0.4 s CPU
+    budget (a wall-clock budget would stop it); its wall-clock cap (10x) still stops one that waits longer."""
+    burner = threading.Thread(target=_quiet, args=(1.5,), daemon=True)
+    burner.start()
+    assert timelimit.call_with_cpu_limit(0.4, lambda: (time.sleep(1.0), "waited")[1]) == "waited"
+    burner.join()
+    def waits():
+        for _ in range(200):
+            time.sleep(0.05)
+    try:
+        timelimit.call_with_cpu_limit(0.1, waits)
+    except timelimit.TimeLimitExceeded as err:
+        assert "1 s of wall time" in str(err)
+    else:
+        raise AssertionError("the wall-clock cap of a CPU budget did not fire")

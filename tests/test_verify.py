@@ -239,11 +239,11 @@ def test_cli_verify_pass_exits_0_and_help_documents_exit_codes(capsys):
     assert code == 0 and out.rstrip().endswith("RESULT: PASS")
     code, out, _ = _main(["verify", "--help"], capsys)
     out = " ".join(out.split())
-    assert code == 0 and "--phase-seconds S" in out and "default 5" in out
+    assert code == 0 and "--phase-seconds S" in out and "default 15" in out
     for line in ("0 PASS", "1 FAIL", "2 bad input", "3 INCONCLUSIVE"):
         assert line in out
     from symfield.reports.verify import EXIT_CODES, PHASE_SECONDS
-    assert PHASE_SECONDS == 5 and EXIT_CODES == {"pass": 0, "fail": 1, "inconclusive": 3}
+    assert PHASE_SECONDS == 15 and EXIT_CODES == {"pass": 0, "fail": 1, "inconclusive": 3}
 
 
 def test_an_inconsistent_eoc_point_fails(monkeypatch):

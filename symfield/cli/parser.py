@@ -186,8 +186,9 @@ def _verify(p):
     p.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (default 0)")
     p.add_argument("--n-mc", type=int, default=200_000, help="Monte Carlo samples (default 200000)")
     p.add_argument("--phase-seconds", type=float, metavar="S",
-                   help="time limit per phase check in seconds (> 0; default 5); a phase not determined in "
-                        "time makes the result INCONCLUSIVE, never PASS")
+                   help="limit per phase check in CPU seconds of the computing thread (> 0; default 15; other load "
+                        "on the machine does not spend it); a phase not determined in time makes the result "
+                        "INCONCLUSIVE, never PASS")
     p.epilog = (p.epilog or "") + VERIFY_EXIT
 
 

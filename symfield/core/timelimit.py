@@ -51,6 +51,17 @@ _SET_ASYNC = ctypes.pythonapi.PyThreadState_SetAsyncExc
 _STARTING = getattr(threading, "_limbo", {})   # threading's threads started but not yet running (in place)
 
 
+CPU_WALL_FACTOR = 10.0           # a CPU budget's wall-clock cap, in multiples of its seconds
+
+
+def _thread_clock():
+    """The calling thread's CPU-time clock id, or None where the platform has none (wall clock then)."""
+    try:
+        return time.pthread_getcpuclockid(threading.get_ident())
+    except (AttributeError, OSError):
+        return None
+
+
 def _rss() -> int:
     """Resident set size of this process in bytes (0 where /proc is missing)."""
     try:
@@ -77,20 +88,38 @@ def _fire(tid, exc):
 
 
 class _Budget:
-    """One budgeted call: its thread, deadline, memory budget and private _Interrupt subclass."""
+    """One budgeted call: its thread, deadline, memory budget and private _Interrupt subclass.
 
-    def __init__(self, seconds, memory):
+    ``cpu``: ``seconds`` counts the working thread's CPU time (where the platform has per-thread CPU
+    clocks), so a machine busy with other work does not shrink the budget; a wall-clock cap of
+    CPU_WALL_FACTOR x seconds still stops a thread that waits instead of working."""
+
+    def __init__(self, seconds, memory, cpu=False):
         self.seconds, self.memory = seconds, memory
         self.exc = type("_Interrupt", (_Interrupt,), {})
         self.tid = threading.get_ident()
-        self.key = self.deadline = self.reason = self.fired = None
+        self.key = self.deadline = self.deadline_wall = self.reason = self.fired = None
         self.start_rss = 0
         self.leaving = False      # set first thing on exit: the watchdog no longer fires it
+        self.clock = _thread_clock() if cpu and seconds else None
+        self.cpu_start = time.clock_gettime(self.clock) if self.clock is not None else 0.0
+
+    def cpu_left(self):
+        """CPU seconds left (None: a wall-clock budget); a lower bound on the wall time until it is spent."""
+        if self.clock is None:
+            return None
+        try:
+            return self.seconds - (time.clock_gettime(self.clock) - self.cpu_start)
+        except OSError:           # the thread has ended
+            return 0.0
 
     def spent(self, now, rss):
-        """The reason the budget is spent ("0.5 s", "200 MB of memory"), else None."""
+        """The reason the budget is spent ("0.5 s", "5 s of CPU", "200 MB of memory"), else None."""
+        left = self.cpu_left()
+        if left is not None and left <= 0:
+            return f"{self.seconds:g} s of CPU"
         if self.deadline is not None and now >= self.deadline:
-            return f"{self.seconds:g} s"
+            return f"{self.seconds:g} s" if self.clock is None else f"{self.deadline_wall:g} s of wall time"
         if self.memory and rss - self.start_rss > self.memory:
             return f"{self.memory / 1024**2:.0f} MB of memory"
         return None
@@ -113,8 +142,10 @@ def _tick(now):
         if b.reason is None and not b.leaving:
             b.reason = b.spent(now, rss)
         if b.reason is None and not b.leaving:
+            left = b.cpu_left()
             until = min(b.deadline - now if b.deadline is not None else POLL_SECONDS,
-                        POLL_SECONDS if b.memory else float("inf"))
+                        POLL_SECONDS if b.memory else float("inf"),
+                        max(left, POLL_SECONDS) if left is not None else float("inf"))
             wait = until if wait is None else min(wait, until)
     for tid in {b.tid for b in _active.values()}:
         b = _spent_outermost(tid)
@@ -153,7 +184,9 @@ def _enter(budget):
         if _watchdog is None or not _watchdog.is_alive():
             _watchdog = threading.Thread(target=_watch, name="symfield-budget", daemon=True)
             _watchdog.start()
-        budget.deadline = time.monotonic() + budget.seconds if budget.seconds else None
+        budget.deadline_wall = budget.seconds * (CPU_WALL_FACTOR if budget.clock is not None else 1) \
+            if budget.seconds else None
+        budget.deadline = time.monotonic() + budget.deadline_wall if budget.seconds else None
         budget.key = next(_serial)
         _active[budget.key] = budget
         _wake.notify()
@@ -193,9 +226,9 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
-def _run(seconds, memory, fn, args, kwargs):
+def _run(seconds, memory, fn, args, kwargs, cpu=False):
     """(True, fn(...)) or (False, reason) when the budget ran out."""
-    budget = _Budget(seconds, memory)
+    budget = _Budget(seconds, memory, cpu)
     try:
         try:
             _enter(budget)
@@ -217,6 +250,19 @@ def call_with_time_limit(seconds, fn, *args, **kwargs):
     ok, value = _run(seconds, None, fn, args, kwargs)
     if not ok:
         raise TimeLimitExceeded(f"time limit of {seconds:g} s exceeded")
+    return value
+
+
+def call_with_cpu_limit(seconds, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, stopped with :class:`TimeLimitExceeded` after ``seconds`` of the calling
+    thread's CPU time (wall time where the platform has no thread CPU clock), or after
+    ``CPU_WALL_FACTOR * seconds`` of wall time. A budget of work done: other load on the machine does not
+    spend it. ``seconds`` None or <= 0: no limit."""
+    if seconds is None or seconds <= 0:
+        return fn(*args, **kwargs)
+    ok, value = _run(seconds, None, fn, args, kwargs, cpu=True)
+    if not ok:
+        raise TimeLimitExceeded(f"time limit of {value} exceeded")
     return value
 
 

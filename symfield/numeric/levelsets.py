@@ -33,7 +33,8 @@ is inverted by table look-up + Newton with a bisection safeguard (the node's own
 inverted exactly: the root is the node).  Special points: turning points, kinks, and the
 preimages of critical values (phi at turning points and kinks, and the tail value when a monotone
 tail is long): there F_q(phi(u)) has sqrt- or power-type singularities (gelu at q: |u|^(1/q) at
-u = 0-), so panels touching them use a tanh-sinh rule; other panels 8-point Gauss-Legendre.
+u = 0-), so panels touching them use a tanh-sinh rule; other panels 10-point Gauss-Legendre (8 points left
+4e-10 for cos at k = 8, c = -0.5, where H^7 is steep; 10 points 2e-14, for 1.45x the cost).
 
 Quadrature (float64).  1-D: z = u/s on [-9, 9], unit panels + special points + activation grid.
 First 2-D term: u outer (unit panels, special points, and around the images v*/c' of v's special
@@ -46,13 +47,14 @@ boundaries alpha of A(phi(u)), j in {0, +-1, +-2, +-3, +-4.5, +-6.5, +-9}.  c = 
 dC by adaptive Gauss-Kronrod of its 1-D integral.  Measured (tests/test_pool_levelsets.py and the runs in
 the issue report): against a rule of doubled resolution (16-point GL, half-step tanh-sinh), in the
 natural scale (C: sqrt(V(q1) V(q2)), 1-D maps: relative), for abs, cos, sin, gelu, silu, x^2 - x:
-<= 1e-12 for k <= 3 and |c| <= 0.99, up to 3e-11 for k = 8 (H^7 is steeper for 8-point rules) and at
-c = -0.999999 (2e-11); 1-D maps <= 1e-13; against exact values (abs, x^2 via max|z|;
+<= 1e-12 for k <= 3 and |c| <= 0.99; for k = 8 (H^7 is steep) the 8-point rule reached 4e-10 (cos, c = -0.5),
+the 10-point rule 2e-14 there; at c = -0.999999 2e-11; 1-D maps <= 1e-13; against exact values (abs, x^2 via max|z|;
 Hoeffding's covariance formula for abs, x^2) <= 1e-12 (1-D), 1e-10 (C); monotone relu/tanh through
 this code against the order-statistic code <= 3e-12 (tanh) / 1e-14 (relu); |c| = 1 (C) 1e-11.  Known
 weak spot: |c| -> 1 with q1 != q2, where H has kinks (smoothed on the scale s_c) at the u where a
 mirror boundary of A(phi(u)) meets one of A(phi(c'u))/c' that are not outer breakpoints: measured
-8e-11 (gelu, k = 2, (q1, q2, c) = (0.3, 3, 0.999999)); an adaptive outer rule would remove it.  Cost: 1-D maps ~2-12 ms;
+8e-11 (gelu, k = 2, (q1, q2, c) = (0.3, 3, 0.999999)) and 2e-9 (x^2 - x there: the rule does not converge
+under refinement, 7.0437458375 / 7.0437458508 / 7.0437458428 at 8 / 16 / 24 points); an adaptive outer rule would remove it.  Cost: 1-D maps ~2-12 ms;
 C ~40-200 ms (abs, x^2 - x, gelu, |c| <= 0.5), up to ~1 s at c = 0.99 and for periodic phi with
 many pieces (cos, sin at q >> 1 are slower still); dC about half of C.
 
@@ -90,7 +92,7 @@ H_ACT = (1.0, 0.5, 0.25, 0.125)   # candidate activation grid spacings (argument
 R_ACT = 40.0                 # ... on [-R_ACT, R_ACT]
 BAND = np.array([0.0, 1, -1, 2, -2, 3, -3, 4.5, -4.5, 6.5, -6.5, 9, -9])   # transition grid (z units)
 C_EDGE = 1e-13               # |c| = 1: C evaluated at |c| (1 - C_EDGE)
-_GT, _GW = np.polynomial.legendre.leggauss(8)
+_GT, _GW = np.polynomial.legendre.leggauss(10)
 _POW2 = 2.0 ** np.arange(1, 31)
 _GL12 = np.polynomial.legendre.leggauss(12)
 _SQ2PI = math.sqrt(2 * math.pi)

@@ -37,6 +37,7 @@ from functools import lru_cache
 import mpmath
 import sympy as sp
 from sympy.core.function import AppliedUndef
+from sympy.printing.precedence import PRECEDENCE_TRADITIONAL
 
 from symfield.symbolic.activation import kink_args
 
@@ -196,6 +197,11 @@ def expectation(form, parts, params, dps):
     if dps is None:
         return +rule(form, parts, [mpmath.mpmathify(p) for p in params], mpmath.mp.dps)
     return rule(form, parts, params, dps)
+
+
+# LaTeX and pretty printers look precedence up by class name: a GaussianIntegral binds like the Integral it is
+# (so E[psi]^2 prints as (int Dz psi)^2, not int Dz psi^2)
+PRECEDENCE_TRADITIONAL[GaussianIntegral.__name__] = PRECEDENCE_TRADITIONAL["Integral"]
 
 
 @dataclass(frozen=True)

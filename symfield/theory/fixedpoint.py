@@ -207,6 +207,20 @@ class _Maps:
         r = distance_rule(self.K)
         return r.fn if (r.exact and self.K.closed_form) else None
 
+    def cover(self, lo, hi):
+        """Grow a table to cover q in [lo, hi] in one build (one round of its mpmath spot checks) before a
+        walk that would otherwise extend it octave by octave. Panel 0 (q < 2^E0) is refused for some
+        psi (relative accuracy as q -> 0): then the panels above it; a refused build leaves C to quadrature."""
+        if self._T is None or self._T.kind == "homogeneous" or not lo < hi:
+            return
+        hi = min(hi, 2.0 ** tables.Q_CAP_EXP * 0.99)
+        for a in (lo, max(lo, 2.0 ** tables.E0)):
+            try:
+                self._T.ensure(a, hi)
+                return
+            except tables.TableError:
+                pass
+
     def C(self, q, c):
         q, c = np.broadcast_arrays(np.asarray(q, float), np.asarray(c, float))
         if self._T is None:
@@ -997,6 +1011,9 @@ def _descend(M, sw):
     (e.g. x erf(x) ~ x^2, C/V -> (1 + 2c^2)/3) the q -> 0 limit map has genuine fixed points and c* is
     its root reached from the returned c. Returns (c, frozen)."""
     q, c = sw.astype(float).copy(), np.zeros(sw.shape)
+    live = q[(q > Q_DESCENT) & (q < Q_MAX)]
+    if live.size:
+        M.cover(Q_DESCENT / 16, float(live.max()))
     for _ in range(MAX_DESCENT):
         i = np.nonzero((q > Q_DESCENT) & (q < Q_MAX))[0]
         if i.size == 0:

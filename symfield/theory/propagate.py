@@ -205,7 +205,8 @@ def _compute(K, method, general, steps, args):
         T = None if method == "quadrature" else _table_for(K, general, steps, method)
         if T is not None:
             try:
-                out, status, last, n_quad = _run_table(K, T, *args)
+                spill = SMALL_JOB[T.evaluator().fast] if method == "auto" else 0
+                out, status, last, n_quad = _run_table(K, T, *args, spill=spill)
                 how = "numba-table" + ("+numpy-quadrature" if n_quad else "")
                 error = T.error
                 eD = T.error.get("D", math.inf)
@@ -369,7 +370,7 @@ def _outputs(nstore, n, general, depth, alloc=np.empty):
     return out, np.zeros(n, dtype=np.int8), np.full(n, depth, dtype=np.int64)
 
 
-def _run_table(K, T, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general):
+def _run_table(K, T, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general, spill=0):
     """Compiled recursion with table maps; the table grows to the q-range the points reach.
 
     A point leaving the table stops with status LEFT_TABLE and its state; the table is extended to cover
@@ -377,7 +378,9 @@ def _run_table(K, T, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual,
     makes progress or stops (:func:`_grow`): a point continues only if the packed table it left did not
     cover its q and the extended one does, so the covered q-range grows every round (at most
     Q_CAP_EXP - E0 + 1 rounds). Points beyond the table cap, whose extension fails, or that left a table
-    that covers them (one warning) continue on the quadrature path."""
+    that covers them (one warning) continue on the quadrature path; so do stopped points whose remaining
+    point-layers are at most ``spill`` (method "auto": cheaper than building a panel, the ski-rental rule
+    of :func:`_table_for`)."""
     n = sw.size
     out, status, last = _outputs(store.size, n, general, depth)
     start = np.ones(n, dtype=np.int64)
@@ -396,7 +399,9 @@ def _run_table(K, T, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual,
         start[run] = s[run]
         need = np.flatnonzero(run & (status == LEFT_TABLE))
         run[:] = False
-        if need.size:
+        if need.size and np.sum(depth + 1 - start[need]) <= spill:
+            quad[need] = True
+        elif need.size:
             again = _grow(T, M, st[0][need])
             run[need[again]] = True
             quad[need[~again]] = True

@@ -130,7 +130,7 @@ def test_timed_out_phases_are_inconclusive_not_passed(xerf_fast):
     rep = xerf_fast
     assert all(c.status == "pass" for c in rep.checks) and not rep.failures
     timed_out = [r for r in rep.phases if r["status"] == "inconclusive"]
-    assert timed_out and all("0.01 s" in r["note"] and r["phase"] is None for r in timed_out)
+    assert timed_out and all("0.01 CPU seconds" in r["note"] and r["phase"] is None for r in timed_out)
     assert rep.status == "inconclusive" and rep.ok is False and len(rep.inconclusive) == len(timed_out)
     text = rep.table()
     assert "RESULT: PASS" not in text and "RESULT: INCONCLUSIVE" in text and "--phase-seconds" in text
@@ -222,7 +222,7 @@ def test_cli_verify_inconclusive_exits_3(capsys):
     """Phases that cannot finish in --phase-seconds: exit 3, never 'RESULT: PASS' (text or JSON)."""
     code, out, err = _main(["verify", "x*erf(x)", "--phase-seconds", "0.01", "--n-mc", "20000"], capsys)
     assert code == 3 and err == "" and "RESULT: PASS" not in out and "RESULT: INCONCLUSIVE" in out
-    assert "not determined within 0.01 s" in out and "unstable EOC point" in out
+    assert "not determined within 0.01 CPU seconds" in out and "unstable EOC point" in out
 
 
 def test_cli_verify_failed_check_exits_1(monkeypatch, capsys):

@@ -109,7 +109,7 @@ class Maps:
             return np.zeros(a.shape, bool)
         if self._T.kind == "homogeneous":
             return np.isfinite(a) & np.isfinite(b)
-        return (a == b) & (a >= 0) & (a < 2.0 ** tables.Q_CAP_EXP * 0.99)
+        return (a == b) & (a >= 0) & (a < tables.Q_TOP)
 
     def _tabled(self, fn_table, fn_slow, a, b, *rest):
         a, b, *rest = np.broadcast_arrays(np.asarray(a, float), np.asarray(b, float), *(np.asarray(v, float) for v in rest))

@@ -92,6 +92,7 @@ from symfield.core import caches
 TABLE_VERSION = 4
 E0 = -8                 # panel 0 is q in [0, 2^E0] (tanh's V is Gevrey, not analytic, at q = 0)
 Q_CAP_EXP = 16          # tables never extend beyond q = 2^16
+Q_TOP = 2.0 ** Q_CAP_EXP * 0.99   # the largest q a table is asked to cover (1% below the cap)
 N_T = 16                # Chebyshev nodes per q-panel (fixed: the compiled evaluation is unrolled)
 N_TH = N_T              # Chebyshev nodes per theta-cell (the compiled evaluation is square)
 ACCEPT = 1e-11          # a panel whose held-out error exceeds this is refused (TableError)

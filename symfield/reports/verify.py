@@ -41,7 +41,7 @@ import numpy as np
 import sympy as sp
 
 from symfield.core import validate
-from symfield.core.timelimit import TimeLimitExceeded, call_with_cpu_limit
+from symfield.core.timelimit import CPU_WALL_FACTOR, TimeLimitExceeded, call_with_cpu_limit
 from symfield.reports.oracles import mc_expect, mp_expect1, mp_expect2
 from symfield.symbolic.activation import activation, check_gaussian_moments
 from symfield.symbolic.activation import kinks as find_kinks
@@ -504,9 +504,9 @@ def _phases(rep, act, seconds):
         try:
             p = call_with_cpu_limit(seconds, fp.phase, act, sw, sb, 1e-6, True)
         except TimeLimitExceeded:
-            row["note"] = f"not determined within {seconds:g} s"
-            rep.undetermined(f"{where}: not determined within the time limit of {seconds:g} s "
-                             f"(raise it with --phase-seconds / phase_seconds)")
+            row["note"] = f"not determined within {seconds:g} CPU seconds"
+            rep.undetermined(f"{where}: not determined within {seconds:g} CPU seconds of its thread "
+                             f"(wall cap {CPU_WALL_FACTOR * seconds:g} s; raise it with --phase-seconds / phase_seconds)")
         except (ValueError, ArithmeticError, NotImplementedError) as err:
             row["note"] = f"not determined: {_line(err)}"
             rep.undetermined(f"{where}: {type(err).__name__}: {_line(err)}")
@@ -579,5 +579,5 @@ def _result_line(rep):
     if rep.status == FAIL:
         return f"RESULT: FAIL ({len(rep.failures)} failed" + \
             (f", {len(rep.inconclusive)} inconclusive)" if rep.inconclusive else ")")
-    hint = "; a longer --phase-seconds may let them finish" if any("time limit" in w for w in rep.inconclusive) else ""
+    hint = "; a longer --phase-seconds may let them finish" if any("CPU seconds" in w for w in rep.inconclusive) else ""
     return f"RESULT: INCONCLUSIVE (nothing failed, but {len(rep.inconclusive)} check(s) did not finish or could not run{hint})"

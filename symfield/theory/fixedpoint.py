@@ -213,8 +213,9 @@ class _Maps:
         psi (relative accuracy as q -> 0): then the panels above it; a refused build leaves C to quadrature."""
         if self._T is None or self._T.kind == "homogeneous" or not lo < hi:
             return
-        hi = min(hi, 2.0 ** tables.Q_CAP_EXP * 0.99)
-        for a in (lo, max(lo, 2.0 ** tables.E0)):
+        hi = min(hi, tables.Q_TOP)
+        starts = (lo, 2.0 ** tables.E0) if lo < 2.0 ** tables.E0 else (lo,)
+        for a in starts:
             try:
                 self._T.ensure(a, hi)
                 return
@@ -227,7 +228,7 @@ class _Maps:
             return self._C(q, q, c * q)
         qf, cf = q.ravel(), c.ravel()
         out = np.full(qf.shape, np.nan)
-        ok = (qf >= 0) & ((qf < 2.0 ** tables.Q_CAP_EXP * 0.99) | (self._T.kind == "homogeneous"))
+        ok = (qf >= 0) & ((qf < tables.Q_TOP) | (self._T.kind == "homogeneous"))
         if ok.any():
             try:
                 if self._T.kind != "homogeneous":

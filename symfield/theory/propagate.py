@@ -46,6 +46,11 @@ METHODS = ("auto", "table", "quadrature")
 SMALL_JOB = {True: 64, False: 20000}
 
 
+def _small_job(T):
+    """Point-layers below which quadrature beats building T (ski rental: SMALL_JOB by T's evaluator)."""
+    return SMALL_JOB[T.evaluator().fast]
+
+
 # the compiled recursion's status codes (named in one place, codegen.Status); 0-3 are public, LEFT_TABLE
 # (the point stopped outside the table) and PAUSED (a chunk of layers ended) are internal
 _S = codegen.Status
@@ -205,7 +210,7 @@ def _compute(K, method, general, steps, args):
         T = None if method == "quadrature" else _table_for(K, general, steps, method)
         if T is not None:
             try:
-                spill = SMALL_JOB[T.evaluator().fast] if method == "auto" else 0
+                spill = _small_job(T) if method == "auto" else 0
                 out, status, last, n_quad = _run_table(K, T, *args, spill=spill)
                 how = "numba-table" + ("+numpy-quadrature" if n_quad else "")
                 error = T.error
@@ -306,7 +311,7 @@ def _table_for(K, general, work, method):
         return None
     if general and T.kind != "homogeneous":
         return None
-    if method == "auto" and not T.panels and work <= SMALL_JOB[T.evaluator().fast]:
+    if method == "auto" and not T.panels and work <= _small_job(T):
         return None
     return T
 
@@ -419,7 +424,7 @@ def _grow(T, M, qs):
     the cap, when the extension fails, and where the table covers q but the point left it anyway (M covered
     it, or the extension did not reach it: an inconsistent table, one warning; never another round)."""
     left = ~tables.covers(M, qs)
-    ok = left & (qs < 2.0 ** tables.Q_CAP_EXP * 0.99)
+    ok = left & (qs < tables.Q_TOP)
     try:
         if ok.any():
             _extend(T, float(qs[ok].min()), float(qs[ok].max()))
@@ -439,10 +444,10 @@ def _extend(T, lo, hi):
     """Grow a general table to cover [lo, hi] with margins (see _run_table)."""
     qlo, qhi = T.q_range
     new_lo = lo if not (lo < qlo) else (0.0 if lo < 2.0 ** (tables.E0 + 3) else lo / 8)
-    new_hi = hi if not (hi >= qhi) else min(4 * hi, 2.0 ** tables.Q_CAP_EXP * 0.99)
+    new_hi = hi if not (hi >= qhi) else min(4 * hi, tables.Q_TOP)
     if not T.panels:
         new_lo = 0.0 if lo < 2.0 ** (tables.E0 + 3) else lo / 2
-        new_hi = min(2 * hi, 2.0 ** tables.Q_CAP_EXP * 0.99)
+        new_hi = min(2 * hi, tables.Q_TOP)
     T.ensure(new_lo, max(new_hi, hi))
 
 

@@ -83,13 +83,14 @@ from mpmath.libmp import to_fixed
 from mpmath.libmp.libelefun import exp_fixed, ln2_fixed
 from scipy.special import ndtr
 
-from symfield.numeric.quadrature import GUARD, bvn_cdf, controlled
+from symfield.numeric.quadrature import GUARD, QuadratureError, bvn_cdf, controlled
 from symfield.core import caches
 
 L_INT = 9.0                  # integration range in standard units
 L_DOM = 10.0                 # level-set domain [-X, X], X = L_DOM sd; boundaries beyond -> +-inf
 H_ACT = (1.0, 0.5, 0.25, 0.125)   # candidate activation grid spacings (argument units), see Levels.h
 R_ACT = 40.0                 # ... on [-R_ACT, R_ACT]
+MAX_PIECES = 128             # monotone pieces of phi on [-X, X] the rule resolves (sin: q up to ~160)
 BAND = np.array([0.0, 1, -1, 2, -2, 3, -3, 4.5, -4.5, 6.5, -6.5, 9, -9])   # transition grid (z units)
 C_EDGE = 1e-13               # |c| = 1: C evaluated at |c| (1 - C_EDGE)
 _GT, _GW = np.polynomial.legendre.leggauss(10)
@@ -194,6 +195,10 @@ class Levels:
         nz = np.nonzero(sg)[0]
         ch = np.nonzero(sg[nz[:-1]] != sg[nz[1:]])[0]
         lo, hi = xs[nz[ch]], xs[nz[ch + 1]]
+        if ch.size >= MAX_PIECES or (h > 1 / 64 and ch.size > 1 and np.diff(lo).min() < 8 * h):
+            raise QuadratureError(f"max-pool of a non-monotone activation: phi has {ch.size + 1} or more monotone "
+                                  f"pieces on |x| <= {X:g} (q up to about {(X / L_DOM) ** 2:.3g}); the level-set "
+                                  f"rule resolves at most {MAX_PIECES}, each at least 8 scan steps wide")
         turn = np.empty(lo.size)
         for i in range(lo.size):       # a kink in the bracket is the turning point (abs at 0)
             kin = kk[(kk >= lo[i]) & (kk <= hi[i])]

@@ -5,7 +5,9 @@ from the accurate float64 evaluator (quadrature, ~1e-14). Certificate: on every 
 interpolant is compared with the evaluator at the N-1 second-kind Chebyshev points (where the
 interpolation error peaks); a panel whose error exceeds TOL (relative to max|f| on the panel) is
 split in two, recursively (:func:`symfield.numeric.chebyshev.refine`). ``error`` is the largest held-out error; points outside [2^P_LO, 2^P_HI]
-are evaluated directly (never extrapolated).
+are evaluated directly (never extrapolated). A panel whose evaluations raise QuadratureError (q beyond what the
+integration rule resolves, e.g. max-pool of sin at large q) ends the table there: above it f is called directly
+and raises the same error for the caller.
 
 With a ``key`` (a string naming the map exactly, e.g. the srepr of its SymPy expression) the
 certified panels are cached on disk beside the generated code (``tables1d/``), so a new process
@@ -25,6 +27,7 @@ from symfield.core.progress import bar
 from symfield.core.version import __version__
 from symfield.numeric import chebyshev as cheb
 from symfield.numeric import shipped
+from symfield.numeric.quadrature import QuadratureError
 
 N, TOL, P_LO, P_HI, MAX_DEPTH = 16, 1e-13, -40, 40, 6     # [2^-40, 2^40] covers fixedpoint's [Q_MIN, Q_MAX]
 FIT = "dct2"    # coefficients by symfield.numeric.chebyshev (part of the cache key)
@@ -46,7 +49,12 @@ class Table1D:
         panels = []
         with bar(P_HI - P_LO, "building a 1-D table of V or E[psi'^2]", "panel") as shown:
             for p in range(P_LO, P_HI):
-                panels += cheb.refine(f, float(p), float(p + 1), N, TOL, MAX_DEPTH)
+                try:
+                    panels += cheb.refine(f, float(p), float(p + 1), N, TOL, MAX_DEPTH)
+                except QuadratureError:      # beyond the rule's reach: the table ends here (f raises above)
+                    if p == P_LO:
+                        raise
+                    break
                 shown.update()
         self.lo = np.array([pn[0] for pn in panels])
         self.hi = np.array([pn[1] for pn in panels])
@@ -83,7 +91,7 @@ class Table1D:
         flat, res = q.ravel(), out.ravel()
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.log2(flat)
-        inside = (t >= P_LO) & (t < P_HI)
+        inside = (t >= P_LO) & (t < self.hi[-1])
         if (~inside).any():      # direct evaluation, once per distinct value (brackets repeat Q_MIN, Q_MAX)
             u, inv = np.unique(flat[~inside], return_inverse=True)
             res[~inside] = np.asarray(self.f(u), float)[inv.ravel()]
@@ -96,15 +104,17 @@ class Table1D:
 
 
 def check_structure(lo, hi, coef, error):
-    """ValueError unless the panels tile [P_LO, P_HI] in order (hi[i] = lo[i+1]), coef is (n, N) float64,
+    """ValueError unless the panels tile [P_LO, top] in order (hi[i] = lo[i+1]; top <= P_HI an integer, below
+    P_HI where the rule stops resolving f, QuadratureError), coef is (n, N) float64,
     everything finite and 0 <= error < inf (what __call__ indexes and trusts)."""
     n = lo.shape[0] if lo.ndim == 1 else -1
     if not (n >= 1 and hi.shape == (n,) and coef.shape == (n, N) and coef.dtype == np.float64):
         raise ValueError(f"shapes lo {lo.shape}, hi {hi.shape}, coef {coef.shape} (need (n,), (n,), (n, {N}))")
     if not (np.isfinite(coef).all() and np.isfinite(lo).all() and np.isfinite(hi).all()):
         raise ValueError("non-finite values")
-    if not (lo[0] == P_LO and hi[-1] == P_HI and (hi > lo).all() and np.array_equal(hi[:-1], lo[1:])):
-        raise ValueError(f"panels do not tile [{P_LO}, {P_HI}]")
+    if not (lo[0] == P_LO and P_LO < hi[-1] <= P_HI and hi[-1] == int(hi[-1]) and (hi > lo).all()
+            and np.array_equal(hi[:-1], lo[1:])):
+        raise ValueError(f"panels do not tile [{P_LO}, top] with an integer top <= {P_HI}")
     if not 0.0 <= error < np.inf:
         raise ValueError(f"error bound {error!r}")
 

@@ -285,3 +285,16 @@ def test_derive_bad_input_raises_clear_errors():
         derive("import os")
     with pytest.raises(TypeError):
         derive(3.0)
+
+
+def test_unstable_edge_of_chaos_rows_are_marked_and_explained():
+    """gelu's EOC points at sigma_b2 = 0.05, 0.1 are unstable (sigma_w2 V'(q*) > 1, checked on the maps here):
+    marked, with the depth-L alternative; tanh's are stable and unmarked."""
+    g = derive("gelu")
+    for b in (0.05, 0.1):
+        e = sf.eoc("gelu", b)
+        h = 1e-6 * float(e.q_star)
+        dV = (float(sf.map_value("gelu", "V", float(e.q_star) + h)) - float(sf.map_value("gelu", "V", float(e.q_star) - h))) / (2 * h)
+        assert float(e.sigma_w2) * dV > 1
+    assert g.count(r"$^\dagger$ \\") == 2 and "sf.eoc\\_depth" in g and "where $q^*$ is a stable fixed point" in g
+    assert r"$^\dagger$" not in derive("tanh")

@@ -204,6 +204,9 @@ def test_tiny_and_huge_parameters_get_one_line():
             call()
     with pytest.raises(ValueError, match="'residual' parameter of gram_fluctuations must be alpha with 0 < alpha"):
         sf.gram_fluctuations("relu", 2.0, 0.0, 3, residual=1e300)
+    for name in ("relu", "tanh"):     # K ~ 1e-300 is normal, K^2 is not: was a ZeroDivisionError
+        with pytest.raises(ValueError, match="'q0' parameter of width_gain must be large enough that every squared"):
+            sf.width_gain(name, 2.0, 0.0, 100, 4, q0=1e-300)
 
 
 def test_cli_gram_near_c1_and_identical_inputs(capsys, tmp_path):

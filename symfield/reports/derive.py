@@ -647,7 +647,7 @@ def _eoc(K):
         elif d0 is not None and d0 == 0:
             out.append(r"here $\E[\psi'^2](0^+) = 0$ ($\phi'(0) = 0$), so there is no edge of chaos at "
                        r"$\sigma_b^2 = 0$.")
-    rows = []
+    rows, unstable = [], False
     for b in SB2_TABLE:
         try:
             e = eoc(K.act, b)
@@ -657,6 +657,9 @@ def _eoc(K):
             r2 = abs(sw_ * float(map_value(K.act, "V", qe)) + b - qs_) / max(qs_, 1.0)
             if max(r1, r2) > 1e-8:
                 rows.append(f"{_num(b)} & \\multicolumn{{2}}{{c}}{{not determined (inconsistent root)}} \\\\")
+            elif float(e.q_slope) > 1:      # sigma_w2 V'(q*) > 1: q leaves q*, no network sits there
+                unstable = True
+                rows.append(f"{_num(b)} & {_num(sw_)} & {_num(qs_)}$^\\dagger$ \\\\")
             else:
                 rows.append(f"{_num(b)} & {_num(sw_)} & {_num(qs_)} \\\\")
         except (ValueError, NotImplementedError):
@@ -665,7 +668,12 @@ def _eoc(K):
             rows.append(f"{_num(b)} & \\multicolumn{{2}}{{c}}{{not determined}} \\\\")
     out += [r"Numerically (\texttt{sf.eoc}, float64, 6 significant digits):", r"\begin{center}",
             r"\begin{tabular}{ccc}", r"$\sigma_b^2$ & $\sigma_w^2$ & $q^*$ \\ \hline", *rows, r"\end{tabular}",
-            r"\end{center}", ""]
+            r"\end{center}"]
+    if unstable:
+        out.append(r"$^\dagger$ An unstable fixed point, $\sigma_w^2 V'(q^*) > 1$: the recursion for $q$ moves away "
+                   r"from it, so no deep network stays on this edge of chaos; the depth-$L$ edge of chaos "
+                   r"(\texttt{sf.eoc\_depth}), where the product of $\chi_1$ over the layers is 1, applies instead.")
+    out.append("")
     return out
 
 
@@ -676,8 +684,8 @@ def _depth(K):
             *_plain(r"\xi_q^{-1} = -\ln\big[\sigma_w^2\, V'(q^*)\big], \qquad "
                     r"\xi_c^{-1} = -\ln\Big[\sigma_w^2\, \frac{\partial C}{\partial q_{12}}(q^*, q^*, c^* q^*)\Big],"),
             r"with $V'$ and $\partial C/\partial q_{12}$ as derived above. At $c^* = 1$ the argument of $\xi_c$ is "
-            r"$\chi_1$, so $\xi_c$ diverges on the edge of chaos: signals (and gradients) propagate to any depth "
-            r"there.", ""]
+            r"$\chi_1$, so $\xi_c$ diverges on the edge of chaos: where $q^*$ is a stable fixed point "
+            r"($\sigma_w^2 V'(q^*) < 1$), signals (and gradients) propagate to any depth there.", ""]
 
 
 def _igb(K):

@@ -142,6 +142,9 @@ def width_gain(act: str | Activation, sigma_w2: float, sigma_b2: float, width: i
             raise ArithmeticError(f"width_gain: the residual theory flagged layer {depth} (status {g.status[-1]})")
         K, K1, alpha = g.K[:, 0], float(g.K1[-1, 0]), g.params["residual"]
         V = float(g.gram_cov[-1, 0, 0]) - 2 * float(K[-1]) ** 2      # n Var(Ghat) minus its Wishart part
+    if not float(np.min(K)) ** 2 >= np.finfo(float).tiny:     # the 1/n terms are of order K^2
+        check.fail(_F, "q0", f"large enough that every squared layer variance K^2 is a normal float64 "
+                             f"(K^(l) = {float(np.min(K)):.3g} at its smallest; use larger q0 or sigma_b2)", q0)
     eps = V / (n * float(K[-1]) ** 2)
     if eps > EXPANSION_MAX:
         warnings.warn(f"width_gain: width {n} is too small for the 1/n expansion at depth {depth}: the layer "

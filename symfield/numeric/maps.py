@@ -109,7 +109,7 @@ class Maps:
             return np.zeros(a.shape, bool)
         if self._T.kind == "homogeneous":
             return np.isfinite(a) & np.isfinite(b)
-        return (a == b) & (a >= 0) & (a < tables.Q_TOP)
+        return (a == b) & (a >= 0) & (a < tables.q_top())
 
     def _tabled(self, fn_table, fn_slow, a, b, *rest):
         a, b, *rest = np.broadcast_arrays(np.asarray(a, float), np.asarray(b, float), *(np.asarray(v, float) for v in rest))

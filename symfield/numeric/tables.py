@@ -92,7 +92,6 @@ from symfield.core import caches
 TABLE_VERSION = 4
 E0 = -8                 # panel 0 is q in [0, 2^E0] (tanh's V is Gevrey, not analytic, at q = 0)
 Q_CAP_EXP = 16          # tables never extend beyond q = 2^16
-Q_TOP = 2.0 ** Q_CAP_EXP * 0.99   # the largest q a table is asked to cover (1% below the cap)
 N_T = 16                # Chebyshev nodes per q-panel (fixed: the compiled evaluation is unrolled)
 N_TH = N_T              # Chebyshev nodes per theta-cell (the compiled evaluation is square)
 ACCEPT = 1e-11          # a panel whose held-out error exceeds this is refused (TableError)
@@ -109,6 +108,11 @@ D_DIFF = "difference of C (loses digits as c -> 1)"   # info["D"] when no cancel
 _D_POLAR = "polar rule: sum_m P_m (sin(m theta/2)/sin(theta/2))^2"
 _D_RULE = "max-pool h_k rule with t - s without cancellation (piecewise-linear phi)"
 _RULE = "max-pool h_k rule (symfield.maxrule)"
+
+
+def q_top():
+    """The largest q a table is asked to cover: 1% below the cap 2^Q_CAP_EXP."""
+    return 2.0 ** Q_CAP_EXP * 0.99
 
 
 class TableError(ArithmeticError):

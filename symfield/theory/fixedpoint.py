@@ -213,7 +213,7 @@ class _Maps:
         psi (relative accuracy as q -> 0): then the panels above it; a refused build leaves C to quadrature."""
         if self._T is None or self._T.kind == "homogeneous" or not lo < hi:
             return
-        hi = min(hi, tables.Q_TOP)
+        hi = min(hi, tables.q_top())
         starts = (lo, 2.0 ** tables.E0) if lo < 2.0 ** tables.E0 else (lo,)
         for a in starts:
             try:
@@ -228,7 +228,7 @@ class _Maps:
             return self._C(q, q, c * q)
         qf, cf = q.ravel(), c.ravel()
         out = np.full(qf.shape, np.nan)
-        ok = (qf >= 0) & ((qf < tables.Q_TOP) | (self._T.kind == "homogeneous"))
+        ok = (qf >= 0) & ((qf < tables.q_top()) | (self._T.kind == "homogeneous"))
         if ok.any():
             try:
                 if self._T.kind != "homogeneous":

@@ -424,7 +424,7 @@ def _grow(T, M, qs):
     the cap, when the extension fails, and where the table covers q but the point left it anyway (M covered
     it, or the extension did not reach it: an inconsistent table, one warning; never another round)."""
     left = ~tables.covers(M, qs)
-    ok = left & (qs < tables.Q_TOP)
+    ok = left & (qs < tables.q_top())
     try:
         if ok.any():
             _extend(T, float(qs[ok].min()), float(qs[ok].max()))
@@ -444,10 +444,10 @@ def _extend(T, lo, hi):
     """Grow a general table to cover [lo, hi] with margins (see _run_table)."""
     qlo, qhi = T.q_range
     new_lo = lo if not (lo < qlo) else (0.0 if lo < 2.0 ** (tables.E0 + 3) else lo / 8)
-    new_hi = hi if not (hi >= qhi) else min(4 * hi, tables.Q_TOP)
+    new_hi = hi if not (hi >= qhi) else min(4 * hi, tables.q_top())
     if not T.panels:
         new_lo = 0.0 if lo < 2.0 ** (tables.E0 + 3) else lo / 2
-        new_hi = min(2 * hi, tables.Q_TOP)
+        new_hi = min(2 * hi, tables.q_top())
     T.ensure(new_lo, max(new_hi, hi))
 
 

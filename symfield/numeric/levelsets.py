@@ -28,7 +28,8 @@ and these are exactly the order-statistic formulas of docs/theory.md section 4 (
 checks that on relu and tanh.
 
 Level sets.  Turning points of phi (sign changes of phi', kinks included) are found on a scan
-grid (spacing <= 1/64) over [-X, X], X = 10 sd (bucketed), and refined by bisection; each piece
+grid (spacing H_SCAN = 1/64, coarser beyond X = 1024; at most MAX_PIECES pieces, each 8 steps wide, else
+QuadratureError) over [-X, X], X = 10 sd (bucketed), and refined by bisection; each piece
 is inverted by table look-up + Newton with a bisection safeguard (the node's own piece is
 inverted exactly: the root is the node).  Special points: turning points, kinks, and the
 preimages of critical values (phi at turning points and kinks, and the tail value when a monotone
@@ -91,6 +92,7 @@ L_DOM = 10.0                 # level-set domain [-X, X], X = L_DOM sd; boundarie
 H_ACT = (1.0, 0.5, 0.25, 0.125)   # candidate activation grid spacings (argument units), see Levels.h
 R_ACT = 40.0                 # ... on [-R_ACT, R_ACT]
 MAX_PIECES = 128             # monotone pieces of phi on [-X, X] the rule resolves (sin: q up to ~160)
+H_SCAN = 1 / 64              # finest scan step for phi's turning points (coarser beyond X = 1024: 2^17 points)
 BAND = np.array([0.0, 1, -1, 2, -2, 3, -3, 4.5, -4.5, 6.5, -6.5, 9, -9])   # transition grid (z units)
 C_EDGE = 1e-13               # |c| = 1: C evaluated at |c| (1 - C_EDGE)
 _GT, _GW = np.polynomial.legendre.leggauss(10)
@@ -185,7 +187,7 @@ class Levels:
     def __init__(self, phi, dphi, kinks, X):
         self.phi, self.dphi, self.X = phi, dphi, float(X)
         X = self.X
-        h = max(min(1 / 64, X / 1024), X / 65536)     # at most 2^17 scan points (q > ~40: coarser than 1/64)
+        h = max(min(H_SCAN, X / 1024), X / 65536)     # at most 2^17 scan points (q > ~1e4: coarser than H_SCAN)
         xs = np.linspace(-X, X, int(math.ceil(2 * X / h)) + 1)
         kk = np.array(sorted(float(k) for k in kinks if -X < k < X))
         with np.errstate(all="ignore"):
@@ -195,7 +197,7 @@ class Levels:
         nz = np.nonzero(sg)[0]
         ch = np.nonzero(sg[nz[:-1]] != sg[nz[1:]])[0]
         lo, hi = xs[nz[ch]], xs[nz[ch + 1]]
-        if ch.size >= MAX_PIECES or (h > 1 / 64 and ch.size > 1 and np.diff(lo).min() < 8 * h):
+        if ch.size >= MAX_PIECES or (h > H_SCAN and ch.size > 1 and np.diff(lo).min() < 8 * h):
             raise QuadratureError(f"max-pool of a non-monotone activation: phi has {ch.size + 1} or more monotone "
                                   f"pieces on |x| <= {X:g} (q up to about {(X / L_DOM) ** 2:.3g}); the level-set "
                                   f"rule resolves at most {MAX_PIECES}, each at least 8 scan steps wide")
@@ -226,7 +228,7 @@ class Levels:
             o = 1.0 if self.yr[p] >= self.yl[p] else -1.0
             yt = o * np.asarray(phi(xt), float)
             if np.any(np.diff(yt) < -1e-9 * (1 + np.abs(yt[1:]))):
-                raise ValueError("The activation oscillates faster than the level-set scan (spacing 1/64) resolves; "
+                raise ValueError(f"The activation oscillates faster than the level-set scan (spacing {h:g}) resolves; "
                                  "max-pool of it is not supported.")
             with np.errstate(all="ignore"):
                 st = o * np.asarray(dphi(xt), float)        # slopes for a cubic Hermite first guess

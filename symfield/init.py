@@ -11,6 +11,7 @@ inside :func:`torch_`/:func:`record_torch`; neither is a dependency of symfield.
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidType, InvalidValue, Unsupported
 import contextlib
 import math
 import numbers
@@ -116,9 +117,9 @@ def gain(act, sigma_b2=0.0, width=None, depth=None, residual=None, q0=1.0) -> fl
     sb = float(check.real("init.gain", "sigma_b2", sigma_b2, lo=0))
     q0 = float(check.real("init.gain", "q0", q0, lo=0, lo_open=True))
     if width is not None and depth is None:
-        raise ValueError("init.gain: the width correction needs both width and depth; 'depth' is missing.")
+        raise InvalidValue("init.gain: the width correction needs both width and depth; 'depth' is missing.")
     if residual is not None and width is None:
-        raise ValueError("init.gain: 'residual' only enters the width correction; pass width and depth too.")
+        raise InvalidValue("init.gain: 'residual' only enters the width correction; pass width and depth too.")
     e = eoc(A, sb)
     sw = float(e.sigma_w2)
     if not e.stable and depth is not None:      # the usable alternative: prod chi1 = 1 over the depth
@@ -170,7 +171,7 @@ def std(act, fan_in, distribution="normal", sigma_b2=0.0, width=None, depth=None
     """
     fan_in = check.integer("init.std", "fan_in", fan_in, lo=1)
     if distribution not in DISTRIBUTIONS:
-        raise ValueError(f"The 'distribution' parameter of init.std must be one of {DISTRIBUTIONS}. "
+        raise InvalidValue(f"The 'distribution' parameter of init.std must be one of {DISTRIBUTIONS}. "
                          f"Got {distribution!r} instead.")
     s = gain(act, sigma_b2, width, depth, **kw) / math.sqrt(fan_in)
     return _scale(s, distribution)
@@ -247,14 +248,14 @@ def kernel_fan_in(shape) -> int:
     except TypeError:
         axes = None
     if axes is None or not all(isinstance(s, (numbers.Integral, np.integer)) and not isinstance(s, bool) for s in axes):
-        raise TypeError(f"The 'shape' parameter of init.jax must be a tuple of integers (kernel axes, out last). "
+        raise InvalidType(f"The 'shape' parameter of init.jax must be a tuple of integers (kernel axes, out last). "
                         f"Got {shape!r} instead.")
     if len(axes) < 2 or min(axes) < 0:
-        raise ValueError(f"The 'shape' parameter of init.jax must have at least 2 axes of size >= 0 (kernel, out "
+        raise InvalidValue(f"The 'shape' parameter of init.jax must have at least 2 axes of size >= 0 (kernel, out "
                          f"last). Got {axes!r} instead; use init.jax_bias for biases.")
     fan_in = math.prod(int(s) for s in axes[:-1])
     if fan_in < 1:
-        raise ValueError(f"The 'shape' parameter of init.jax must have fan_in = prod(shape[:-1]) >= 1 (Var W = "
+        raise InvalidValue(f"The 'shape' parameter of init.jax must have fan_in = prod(shape[:-1]) >= 1 (Var W = "
                          f"gain^2/fan_in). Got {axes!r} (fan_in 0) instead.")
     return fan_in
 
@@ -286,7 +287,7 @@ def jax(act, sigma_b2=0.0, distribution="normal", width=None, depth=None, **kw):
     import jax as jx
     import jax.numpy as jnp
     if distribution not in DISTRIBUTIONS:
-        raise ValueError(f"The 'distribution' parameter of init.jax must be one of {DISTRIBUTIONS}. "
+        raise InvalidValue(f"The 'distribution' parameter of init.jax must be one of {DISTRIBUTIONS}. "
                          f"Got {distribution!r} instead.")
     g = gain(act, sigma_b2, width, depth, **kw)
 
@@ -335,18 +336,18 @@ def torch_fan_in(module_or_tensor) -> int:
         fan_in = int(m.in_features)
     elif hasattr(m, "in_channels") and hasattr(m, "kernel_size") and getattr(m, "weight", None) is not None:
         if getattr(m, "transposed", False):
-            raise NotImplementedError("init.torch_: ConvTranspose layers have a stride-dependent fan-in; "
+            raise Unsupported("init.torch_: ConvTranspose layers have a stride-dependent fan-in; "
                                       "initialise their weight tensor with an explicit init.std(act, fan_in).")
         fan_in = int(m.in_channels // m.groups * math.prod(m.kernel_size))
     elif hasattr(m, "shape") and not hasattr(m, "parameters"):
         shape = tuple(m.shape)
         if len(shape) < 2:
-            raise ValueError(f"{name} must be {_TORCH_RULE}. Got {_torch_what(m)} instead.")
+            raise InvalidValue(f"{name} must be {_TORCH_RULE}. Got {_torch_what(m)} instead.")
         fan_in = int(shape[1] * math.prod(shape[2:]))
     else:
-        raise TypeError(f"{name} must be {_TORCH_RULE}. Got {_torch_what(m)} instead.")
+        raise InvalidType(f"{name} must be {_TORCH_RULE}. Got {_torch_what(m)} instead.")
     if fan_in < 1:
-        raise ValueError(f"{name} must have fan_in >= 1 (Var W = gain^2/fan_in; a lazy module needs a forward pass "
+        raise InvalidValue(f"{name} must have fan_in >= 1 (Var W = gain^2/fan_in; a lazy module needs a forward pass "
                          f"first). Got {_torch_what(m)} with fan_in 0 instead.")
     return fan_in
 
@@ -365,11 +366,11 @@ def torch_(module_or_tensor, act, sigma_b2=0.0, distribution="normal", width=Non
     """
     import torch
     if distribution not in DISTRIBUTIONS:
-        raise ValueError(f"The 'distribution' parameter of init.torch_ must be one of {DISTRIBUTIONS}. "
+        raise InvalidValue(f"The 'distribution' parameter of init.torch_ must be one of {DISTRIBUTIONS}. "
                          f"Got {distribution!r} instead.")
     is_module = isinstance(module_or_tensor, torch.nn.Module)
     if not (is_module or isinstance(module_or_tensor, torch.Tensor)):
-        raise TypeError(f"The 'module_or_tensor' parameter of init.torch_ must be {_TORCH_RULE}. "
+        raise InvalidType(f"The 'module_or_tensor' parameter of init.torch_ must be {_TORCH_RULE}. "
                         f"Got {_torch_what(module_or_tensor)} instead.")
     fan_in = torch_fan_in(module_or_tensor)
     weight = module_or_tensor.weight if is_module else module_or_tensor
@@ -598,7 +599,7 @@ def _bands(A, sw, sb, depth, q0, qab0, P, n, residual, bands):
             fw = finite_width(A, sw, sb, depth, q0)
             return (fw.G(n), np.sqrt((2 * fw.K**2 + fw.V) / n), nan, nan, nan, nan), ""
         g = gram_fluctuations(A, sw, sb, depth, q0=(q0, q0, qab0), residual=residual)
-    except (NotImplementedError, ArithmeticError, ValueError) as exc:
+    except (Unsupported, ArithmeticError, ValueError) as exc:
         return (nan,) * 6, f"no finite-width bands: {exc}"
     m, cov = g.mean(n), g.gram_cov
     q_mean = m[:, 0]
@@ -660,10 +661,10 @@ def diagnose(activations, act, sigma_w2, sigma_b2, width=None, q0=None, qab0=Non
         activations = [activations]
     Hs = [np.asarray(h, dtype=float) for h in activations]
     if not Hs:
-        raise ValueError(f"The 'activations' parameter of {F} must hold at least one layer. Got [] instead.")
+        raise InvalidValue(f"The 'activations' parameter of {F} must hold at least one layer. Got [] instead.")
     P = Hs[0].shape[0] if Hs[0].ndim else 0
     if any(h.ndim < 2 or h.shape[0] != P for h in Hs) or P < 1:
-        raise ValueError(f"The 'activations' parameter of {F} must be arrays of shape (n_inputs, width) with the "
+        raise InvalidValue(f"The 'activations' parameter of {F} must be arrays of shape (n_inputs, width) with the "
                          f"same n_inputs. Got shapes {[h.shape for h in Hs]} instead.")
     Hs = [h.reshape(P, -1) for h in Hs]
     n = Counter(h.shape[1] for h in Hs).most_common(1)[0][0] if width is None else width
@@ -671,14 +672,14 @@ def diagnose(activations, act, sigma_w2, sigma_b2, width=None, q0=None, qab0=Non
     meas = np.array([_measure(h) for h in Hs])
     depth = len(Hs)
     if (q0 is None or (qab0 is None and P > 1)) and not np.all(np.isfinite(meas[0, [0, 3] if P > 1 else [0]])):
-        raise ValueError(f"The 'activations' parameter of {F} must be finite in layer 1 when q0 and qab0 come from "
+        raise InvalidValue(f"The 'activations' parameter of {F} must be finite in layer 1 when q0 and qab0 come from "
                          f"it. Got q = {meas[0, 0]:g}, mean overlap = {meas[0, 3]:g} there instead; pass q0 and qab0.")
     q0 = (meas[0, 0] - sb) / sw if q0 is None else float(check.real(F, "q0", q0, lo=0, lo_open=True))
     if qab0 is None:
         qab0 = (meas[0, 3] - sb) / sw if P > 1 else 0.0
     qab0 = float(check.real(F, "qab0", qab0))
     if not q0 > 0 or abs(qab0) > q0:
-        raise ValueError(f"{F}: layer 1 implies q0 = {q0:.6g}, qab0 = {qab0:.6g} (not a covariance); "
+        raise InvalidValue(f"{F}: layer 1 implies q0 = {q0:.6g}, qab0 = {qab0:.6g} (not a covariance); "
                          "pass q0 and qab0, or check sigma_w2 and sigma_b2.")
     p = propagate(A, sw, sb, depth, q0=q0, qab0=qab0, residual=residual)
     qt, qabt = np.asarray(p.q, float).reshape(depth), np.asarray(p.qab, float).reshape(depth)

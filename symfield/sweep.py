@@ -17,6 +17,7 @@ uninterrupted run; a directory holding a different sweep is refused.
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidType, InvalidValue, RunError, Unsupported
 import hashlib
 import json
 import math
@@ -205,7 +206,7 @@ def _spec_of(act):
     a = act if isinstance(act, Activation) else activation(act)
     spec = {"name": a.single.name, "pool": a.pool, "k": a.k if a.pool else 1}
     if _rebuild(spec) != a:
-        raise ValueError(f"The 'act' parameter of sweep must be rebuildable from its name; {a.name!r} is not "
+        raise InvalidValue(f"The 'act' parameter of sweep must be rebuildable from its name; {a.name!r} is not "
                          f"(pass a built-in name or a formula string).")
     return spec, a.name
 
@@ -232,13 +233,13 @@ def _chunk_arg(chunk, default, two_d):
 def _unused(kind, **given):
     for name, value in given.items():
         if value is not None:
-            raise ValueError(f"The '{name}' parameter of sweep is not used by kind {kind!r}; got {value!r}.")
+            raise InvalidValue(f"The '{name}' parameter of sweep is not used by kind {kind!r}; got {value!r}.")
 
 
 def _plan(kind, act, sigma_w2, sigma_b2, dps, chunk, depth, eoc_tol):
     """Validate everything and return (manifest without hash, payload per chunk, activation name)."""
     if kind not in KINDS:
-        raise ValueError(f"The 'kind' parameter of sweep must be one of {', '.join(KINDS)}. Got {kind!r} instead.")
+        raise InvalidValue(f"The 'kind' parameter of sweep must be one of {', '.join(KINDS)}. Got {kind!r} instead.")
     if kind == "verify":
         _unused(kind, sigma_w2=sigma_w2, sigma_b2=sigma_b2, dps=dps, depth=depth)
         formulas = [act] if isinstance(act, str) else list(act) if isinstance(act, (list, tuple)) else None
@@ -247,7 +248,7 @@ def _plan(kind, act, sigma_w2, sigma_b2, dps, chunk, depth, eoc_tol):
         try:
             import symfield.reports.verify  # noqa: F401  (workers import it lazily; fail here, clearly)
         except ImportError:
-            raise NotImplementedError("sweep kind 'verify' needs symfield.verify, which this installation "
+            raise Unsupported("sweep kind 'verify' needs symfield.verify, which this installation "
                                       "lacks.") from None
         n = _chunk_arg(chunk, 1, False)
         bounds = [[i, min(i + n, len(formulas))] for i in range(0, len(formulas), n)]
@@ -258,7 +259,7 @@ def _plan(kind, act, sigma_w2, sigma_b2, dps, chunk, depth, eoc_tol):
     if kind in ("eoc", "neutrality"):
         _unused(kind, sigma_w2=sigma_w2, depth=depth)
         if sigma_b2 is None:
-            raise ValueError(f"sweep kind {kind!r} needs sigma_b2 (an array of bias variances).")
+            raise InvalidValue(f"sweep kind {kind!r} needs sigma_b2 (an array of bias variances).")
         sb = _axis("sigma_b2", sigma_b2, lo_open=(kind == "neutrality"))
         dps = check.dps("sweep", dps)
         n = _chunk_arg(chunk, 1 if dps is not None else 16, False)
@@ -268,7 +269,7 @@ def _plan(kind, act, sigma_w2, sigma_b2, dps, chunk, depth, eoc_tol):
     else:
         _unused(kind, dps=dps)
         if sigma_w2 is None or sigma_b2 is None:
-            raise ValueError("sweep kind 'phase' needs sigma_w2 and sigma_b2 (1-D grid axes).")
+            raise InvalidValue("sweep kind 'phase' needs sigma_w2 and sigma_b2 (1-D grid axes).")
         sw, sb = _axis("sigma_w2", sigma_w2), _axis("sigma_b2", sigma_b2)
         if depth is not None:
             depth = check.integer("sweep", "depth", depth, lo=1)
@@ -305,10 +306,10 @@ class _Store:
     def __init__(self, root, manifest):
         self.root = Path(root)
         if self.root.exists() and not self.root.is_dir():
-            raise ValueError(f"results directory {str(self.root)!r} exists and is not a directory")
+            raise InvalidValue(f"results directory {str(self.root)!r} exists and is not a directory")
         self.root.mkdir(parents=True, exist_ok=True)
         if not os.access(self.root, os.W_OK):
-            raise ValueError(f"results directory {str(self.root)!r} is not writable")
+            raise InvalidValue(f"results directory {str(self.root)!r} is not writable")
         self._lock()
         try:
             self._open(manifest)
@@ -322,14 +323,14 @@ class _Store:
             try:
                 old = json.loads(mpath.read_text())
             except (OSError, ValueError) as err:
-                raise ValueError(f"{str(mpath)!r} is not a readable sweep manifest ({first_line(err)})") from None
+                raise InvalidValue(f"{str(mpath)!r} is not a readable sweep manifest ({first_line(err)})") from None
             if old.get("hash") != manifest["hash"]:
-                raise ValueError(f"results directory {str(self.root)!r} holds a different sweep (differs in "
+                raise InvalidValue(f"results directory {str(self.root)!r} holds a different sweep (differs in "
                                  f"{', '.join(_differences(old, manifest))}); use a new directory to start "
                                  f"this one, or rerun the original parameters to resume")
         else:
             if any(p.name != ".lock" for p in self.root.iterdir()):
-                raise ValueError(f"results directory {str(self.root)!r} is not empty and has no manifest.json; "
+                raise InvalidValue(f"results directory {str(self.root)!r} is not empty and has no manifest.json; "
                                  f"refusing to write a sweep into it")
             atomic_write(mpath, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
         for stale in self.root.glob(".chunk-*.tmp"):
@@ -343,7 +344,7 @@ class _Store:
             fcntl.flock(self._fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._fh.close()
-            raise ValueError(f"results directory {str(self.root)!r} is in use by another running sweep") from None
+            raise InvalidValue(f"results directory {str(self.root)!r} is in use by another running sweep") from None
 
     def close(self):
         self._fh.close()
@@ -371,10 +372,10 @@ class _Store:
         try:
             arrays = load_npz(path)
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
-            raise ValueError(f"chunk file {str(path)!r} is unreadable ({first_line(err)}); delete it to "
+            raise InvalidValue(f"chunk file {str(path)!r} is unreadable ({first_line(err)}); delete it to "
                              f"recompute that chunk") from None
         if str(arrays.pop("manifest_hash", "")) != self.manifest["hash"]:
-            raise ValueError(f"chunk file {str(path)!r} belongs to another sweep; delete it to recompute that chunk")
+            raise InvalidValue(f"chunk file {str(path)!r} belongs to another sweep; delete it to recompute that chunk")
         return arrays
 
     def log(self, **event):
@@ -394,7 +395,7 @@ def _connect(scheduler, n_workers, timeout):
     try:
         from distributed import Client, LocalCluster
     except ImportError:
-        raise NotImplementedError("sf.sweep needs Dask: pip install 'dask[distributed]'") from None
+        raise Unsupported("sf.sweep needs Dask: pip install 'dask[distributed]'") from None
     if isinstance(scheduler, Client):
         return scheduler, None, False
     if scheduler is None:
@@ -404,12 +405,12 @@ def _connect(scheduler, n_workers, timeout):
             cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
                                    silence_logs=logging.ERROR)
         except Exception as err:
-            raise RuntimeError(f"cannot start a local Dask cluster ({type(err).__name__}: {first_line(err)}); "
+            raise RunError(f"cannot start a local Dask cluster ({type(err).__name__}: {first_line(err)}); "
                                f"scripts must guard the call with if __name__ == '__main__':") from err
         return Client(cluster, set_as_default=False), cluster, True
     address = getattr(scheduler, "scheduler_address", scheduler)
     if n_workers is not None:
-        raise ValueError("The 'n_workers' parameter of sweep sizes the local cluster; it cannot be used with "
+        raise InvalidValue("The 'n_workers' parameter of sweep sizes the local cluster; it cannot be used with "
                          "an existing scheduler.")
     _probe(address, timeout)
     try:
@@ -495,13 +496,13 @@ class SweepResult(ToXarray):
         """``name`` as an object array of mpmath numbers (sweeps run with dps)."""
         dps = self.params.get("dps")
         if dps is None or f"{name}_mp" not in self.data:
-            raise ValueError(f"{name!r} has no mpmath values: this {self.kind} sweep ran in float64")
+            raise InvalidValue(f"{name!r} has no mpmath values: this {self.kind} sweep ran in float64")
         return np.array([_mp_read(t, dps) for t in self.data[f"{name}_mp"]], dtype=object)
 
     def phase_diagram(self) -> PhaseDiagram:
         """The assembled grid as a :class:`symfield.PhaseDiagram` (kind 'phase')."""
         if self.kind != "phase":
-            raise ValueError(f"phase_diagram() needs a 'phase' sweep; this one is {self.kind!r}")
+            raise InvalidValue(f"phase_diagram() needs a 'phase' sweep; this one is {self.kind!r}")
         from symfield.theory.phase_diagram import PhaseDiagram
         d = self.data
         return PhaseDiagram(act=self.act, sigma_w2=d["sigma_w2"], sigma_b2=d["sigma_b2"], codes=d["codes"],
@@ -573,7 +574,7 @@ def _write_netcdf(path, kind, data, params, act, prov):
     try:
         import xarray  # noqa: F401
     except ImportError:
-        raise NotImplementedError("netCDF output needs xarray (pip install xarray); use .npz") from None
+        raise Unsupported("netCDF output needs xarray (pip install xarray); use .npz") from None
     from symfield.io.output import netcdf_provenance
     parts = _dataset_parts(kind, data, params, act)
     parts["attrs"].update(netcdf_provenance(prov))
@@ -586,7 +587,7 @@ def _write_netcdf(path, kind, data, params, act, prov):
 def _write_output(output, kind, data, params, act):
     path = Path(output)
     if path.suffix.lower() not in (".npz", ".nc"):
-        raise ValueError(f"The 'output' parameter of sweep must end in .npz or .nc; got {str(output)!r}")
+        raise InvalidValue(f"The 'output' parameter of sweep must end in .npz or .nc; got {str(output)!r}")
     prov = provenance()      # the output file records it; result.npz does not (it stays byte-identical)
     if path.suffix.lower() == ".npz":
         atomic_write(path, npz_bytes({**data, "params": np.array(_canonical(params)),
@@ -646,10 +647,10 @@ def sweep(kind: Literal["eoc", "neutrality", "phase", "verify"], act: str | list
         n_workers = check.integer("sweep", "n_workers", n_workers, lo=1)
     if not (scheduler is None or isinstance(scheduler, str) or hasattr(scheduler, "scheduler_address")
             or hasattr(scheduler, "submit")):
-        raise TypeError(f"The 'scheduler' parameter of sweep must be an address such as 'tcp://host:8786', a "
+        raise InvalidType(f"The 'scheduler' parameter of sweep must be an address such as 'tcp://host:8786', a "
                         f"distributed.Client or a cluster. Got {scheduler!r} instead.")
     if output is not None and Path(output).suffix.lower() not in (".npz", ".nc"):
-        raise ValueError(f"The 'output' parameter of sweep must end in .npz or .nc; got {str(output)!r}")
+        raise InvalidValue(f"The 'output' parameter of sweep must end in .npz or .nc; got {str(output)!r}")
     if progress is not None and not isinstance(progress, bool):
         check.fail("sweep", "progress", "True, False or None (a bar when stderr is a terminal)", progress, TypeError)
     store = _Store(results_dir, manifest)
@@ -698,7 +699,7 @@ def _run(store, kind, spec, payloads, todo, reused, scheduler, n_workers, timeou
             except LOCAL_ERRORS as err:
                 raise type(err)(f"sweep chunk {i}: {first_line(err)}") from err
             except Exception as err:   # e.g. KilledWorker: the chunk crashed its workers
-                raise RuntimeError(f"sweep chunk {i} failed: {type(err).__name__}: {first_line(err)}") from err
+                raise RunError(f"sweep chunk {i} failed: {type(err).__name__}: {first_line(err)}") from err
             store.save(i, arrays)
             store.log(event="chunk", run=run, chunk=i, seconds=round(seconds, 4), worker=where)
             computed.append(i)

@@ -2,6 +2,7 @@
 ``--suite cold``, the cold-start table, is symfield.reports.bench_cold)."""
 from __future__ import annotations
 
+from symfield.core.errors import InvalidValue
 import json
 import math
 
@@ -50,7 +51,7 @@ def _dims(text, name):
         a, b = (int(v) for v in text.lower().split("x"))
         return a, b
     except ValueError:
-        raise ValueError(f"The '--{name}' option of bench must look like 256x256. Got {text!r} instead.") from None
+        raise InvalidValue(f"The '--{name}' option of bench must look like 256x256. Got {text!r} instead.") from None
 
 
 def _range(text, name):
@@ -62,7 +63,7 @@ def _range(text, name):
             return a, b, n
     except ValueError:
         pass
-    raise ValueError(f"The '--{name}' option of bench must be start:stop:num with num >= 1 (e.g. "
+    raise InvalidValue(f"The '--{name}' option of bench must be start:stop:num with num >= 1 (e.g. "
                      f"{RANGE_W if name == 'sigma-w2' else RANGE_B}). Got {text!r} instead.")
 
 
@@ -76,7 +77,7 @@ def _grid(args):
         grid = _dims(args.grid, "grid")
         for given, r, n, name in ((args.sigma_w2, w, grid[0], "sigma-w2"), (args.sigma_b2, b, grid[1], "sigma-b2")):
             if given is not None and r[2] != n:
-                raise ValueError(f"The '--grid' option of bench ({args.grid}) must agree with the num of "
+                raise InvalidValue(f"The '--grid' option of bench ({args.grid}) must agree with the num of "
                                  f"'--{name}' ({given}). Got {r[2]} and {n} points instead.")
     return w[:2], b[:2], grid
 
@@ -95,7 +96,7 @@ def cli(args):
         return _cold(args)
     for opt, val in (("rows", args.rows), ("timeout", args.timeout), ("warm", args.warm or None)):
         if val is not None:
-            raise ValueError(f"The '--{opt}' option of bench is allowed only with '--suite cold'. Got {val!r} without it instead.")
+            raise InvalidValue(f"The '--{opt}' option of bench is allowed only with '--suite cold'. Got {val!r} without it instead.")
     from symfield.reports.bench import bench
     from symfield.symbolic.activation import activation
     act = activation(args.activation, pool=args.pool, k=args.k) if args.pool else activation(args.activation)
@@ -125,7 +126,7 @@ def _cold(args):
         return 0
     rows = bc.select(args.rows)
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
-        raise ValueError(f"The '--timeout' option of bench must be a finite number of seconds > 0. "
+        raise InvalidValue(f"The '--timeout' option of bench must be a finite number of seconds > 0. "
                          f"Got {args.timeout!r} instead.")
     results = bc.run(rows, timeout=args.timeout, warm=args.warm)
     if args.output:

@@ -1,6 +1,7 @@
 """Helpers shared by the ``symfield`` commands: the parser class, errors, activations, ranges, files."""
 from __future__ import annotations
 
+from symfield.core.errors import InvalidValue
 import argparse
 import sys
 import warnings
@@ -83,7 +84,7 @@ def parse_range(text, name):
             return np.linspace(float(parts[0]), float(parts[1]), int(parts[2]))
     except ValueError:
         pass
-    raise ValueError(f"{name} must be a number or start:stop:num with num >= 1 (e.g. 0:4:401); got {text!r}")
+    raise InvalidValue(f"{name} must be a number or start:stop:num with num >= 1 (e.g. 0:4:401); got {text!r}")
 
 
 def writable(path, name, suffixes):

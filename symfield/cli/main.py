@@ -6,6 +6,7 @@ Tables (per layer, per sigma_b2, per grid point) go to standard output as CSV, o
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidValue, PrecisionError
 import json
 import sys
 
@@ -202,7 +203,7 @@ def _finite(values, advice):
     import mpmath
     bad = [f"{k} = {v}" for k, v in values.items() if not mpmath.isfinite(v)]
     if bad:
-        raise ArithmeticError(f"non-finite result {', '.join(bad)}: {advice}")
+        raise PrecisionError(f"non-finite result {', '.join(bad)}: {advice}")
 
 
 def cmd_qstar(args):
@@ -213,7 +214,7 @@ def cmd_qstar(args):
     act = act_arg(args)
     qs = q_star(act, args.sigma_w2, args.sigma_b2, dps=args.dps)
     if mpmath.isnan(qs):
-        raise ArithmeticError(f"q_star is NaN at sigma_w2 = {args.sigma_w2!r}, sigma_b2 = {args.sigma_b2!r} "
+        raise PrecisionError(f"q_star is NaN at sigma_w2 = {args.sigma_w2!r}, sigma_b2 = {args.sigma_b2!r} "
                               "(float64 overflow?); use --dps 30 or smaller sigma_w2, sigma_b2")
     slope = chi1(act, args.sigma_w2, args.sigma_b2, q=qs, dps=args.dps) if 0 < qs < mpmath.inf else None
     _print(args, {"q_star": qs, "chi1": slope}, dps=args.dps)
@@ -264,7 +265,7 @@ def cmd_line(args):
         except (ValueError, ArithmeticError) as err:
             errors[i] = str(err).splitlines()[0]
     if errors.all():
-        raise ValueError(errors[0] if sb.size == 1 else f"no point of the {args.command} exists: {errors[0]}")
+        raise InvalidValue(errors[0] if sb.size == 1 else f"no point of the {args.command} exists: {errors[0]}")
     data = {**cols, "error": errors.astype(str)}
     summary = {"sigma_b2": sb, **cols, "errors": int((errors != "").sum())}
     _emit(args, out, data, {"sigma_b2": sb}, _params(args), dps=args.dps, summary=summary)
@@ -398,7 +399,7 @@ def cmd_simulate(args):
     from symfield.simulate import finite_data_gamma, simulate
     from symfield.theory.propagate import propagate
     if args.n_inputs < 2:
-        raise ValueError(f"--n-inputs must be an integer >= 2 (c, qab and gamma compare pairs of inputs); "
+        raise InvalidValue(f"--n-inputs must be an integer >= 2 (c, qab and gamma compare pairs of inputs); "
                          f"got {args.n_inputs}")
     out, plot = _files(args)
     act = act_arg(args)
@@ -429,11 +430,11 @@ def cmd_gram(args):
     try:
         q0 = tuple(float(v) for v in args.q0.split(","))
     except ValueError:
-        raise ValueError(f"--q0 must be three numbers QA,QB,QAB; got {args.q0!r}") from None
+        raise InvalidValue(f"--q0 must be three numbers QA,QB,QAB; got {args.q0!r}") from None
     act = act_arg(args)
     n = args.width
     if not isinstance(n, int) or n < 1:
-        raise ValueError(f"--width must be an integer >= 1; got {n}")
+        raise InvalidValue(f"--width must be an integer >= 1; got {n}")
     g = gram_fluctuations(act, args.sigma_w2, args.sigma_b2, args.depth, q0=q0, residual=args.residual, dps=args.dps)
     cov = g.gram_cov
     data = {"K_aa": g.K[:, 0], "K_bb": g.K[:, 1], "K_ab": g.K[:, 2],
@@ -484,7 +485,7 @@ def _one_number(text, name):
     """A single number of ``--sigma-w2``/``--sigma-b2`` (ranges only with --map)."""
     v = parse_range(text, name)
     if v.size != 1 or ":" in text:
-        raise ValueError(f"{name} must be a single number (a range start:stop:num needs --map); got {text!r}")
+        raise InvalidValue(f"{name} must be a single number (a range start:stop:num needs --map); got {text!r}")
     return float(v[0])
 
 
@@ -513,14 +514,14 @@ def _jacobian_simulation(args, act, sw, sb):
 def cmd_jacobian(args):
     """Spectrum of J J^T at one point (--map: its spread over a grid, _jacobian_map)."""
     if args.n_networks < 0:
-        raise ValueError(f"--n-networks must be an integer >= 0 (0: no simulation); got {args.n_networks}")
+        raise InvalidValue(f"--n-networks must be an integer >= 0 (0: no simulation); got {args.n_networks}")
     if args.map:
         return _jacobian_map(args)
     from symfield.theory.jacobian import jacobian_spectrum
     sw, sb = _one_number(args.sigma_w2, "--sigma-w2"), _one_number(args.sigma_b2, "--sigma-b2")
     out, plot = _files(args)
     if plot is not None and args.n_networks and args.width < 2:
-        raise ValueError(f"--width must be an integer >= 2 (the simulated networks); got {args.width}")
+        raise InvalidValue(f"--width must be an integer >= 2 (the simulated networks); got {args.width}")
     act = act_arg(args)
     spec = jacobian_spectrum(act, sw, sb, args.depth, q0=args.q0, weights=args.weights, dps=args.dps)
     summary, sim = _spectrum_summary(spec, args.dps), {}
@@ -566,7 +567,7 @@ def _jacobian_map(args):
     """m1, m2, var, rel_var over the grid; --plot: the isometry map beside the phase diagram."""
     import numpy as np
     if args.dps is not None:
-        raise ValueError(f"--dps is not available with --map (the map is float64); got --dps {args.dps}")
+        raise InvalidValue(f"--dps is not available with --map (the map is float64); got --dps {args.dps}")
     sw, sb = parse_range(args.sigma_w2, "--sigma-w2"), parse_range(args.sigma_b2, "--sigma-b2")
     out, plot = _files(args)
     act = act_arg(args)

@@ -1,6 +1,7 @@
 """``symfield sweep``: its arguments and the command (the Dask engine is symfield.sweep)."""
 from __future__ import annotations
 
+from symfield.core.errors import InvalidValue
 import argparse
 import json
 import math
@@ -53,7 +54,7 @@ def _chunk(text):
     except ValueError:
         parts = []
     if len(parts) not in (1, 2):
-        raise ValueError(f"--chunk must be N or ROWSxCOLS (e.g. 16 or 100x20); got {text!r}")
+        raise InvalidValue(f"--chunk must be N or ROWSxCOLS (e.g. 16 or 100x20); got {text!r}")
     return parts[0] if len(parts) == 1 else tuple(parts)
 
 
@@ -64,10 +65,10 @@ def _formulas(args):
         try:
             lines = Path(args.formulas).read_text().splitlines()
         except OSError as err:
-            raise ValueError(f"--formulas: cannot read {args.formulas!r} ({err.strerror})") from None
+            raise InvalidValue(f"--formulas: cannot read {args.formulas!r} ({err.strerror})") from None
         act += [s.strip() for s in lines if s.strip() and not s.strip().startswith("#")]
     if not act:
-        raise ValueError("sweep verify needs formulas (arguments or --formulas FILE)")
+        raise InvalidValue("sweep verify needs formulas (arguments or --formulas FILE)")
     return act
 
 
@@ -77,14 +78,14 @@ def _inputs(args):
     if kind == "verify":
         return _formulas(args), None, None
     if len(args.activation) != 1:
-        raise ValueError(f"sweep {kind} takes exactly one activation; got {len(args.activation)}")
+        raise InvalidValue(f"sweep {kind} takes exactly one activation; got {len(args.activation)}")
     args.activation = args.activation[0]
     act = act_arg(args)
     if kind == "phase":
         return (act, parse_range(args.sigma_w2 or "0:4:401", "--sigma-w2"),
                 parse_range(args.sigma_b2 or "0:0.2:201", "--sigma-b2"))
     if args.sigma_b2 is None:
-        raise ValueError(f"sweep {kind} needs --sigma-b2 (start:stop:num or a number)")
+        raise InvalidValue(f"sweep {kind} needs --sigma-b2 (start:stop:num or a number)")
     return act, None, parse_range(args.sigma_b2, "--sigma-b2")
 
 

@@ -17,6 +17,7 @@ xarray is imported inside :func:`build` only, so ``import symfield`` stays light
 """
 from __future__ import annotations
 
+from symfield.core.errors import Unsupported
 import json
 
 import numpy as np
@@ -146,7 +147,7 @@ def build(data: dict, coords: dict, dims: dict | None = None, params: dict | Non
     try:
         import xarray as xr
     except ImportError:
-        raise NotImplementedError("xarray output needs xarray (pip install xarray); use .csv or .npz") from None
+        raise Unsupported("xarray output needs xarray (pip install xarray); use .csv or .npz") from None
     dims, var_attrs = dims or {}, var_attrs or {}
     grid = tuple(k for k, v in coords.items() if not isinstance(v, tuple))
     flat = split_mp(data, dps or 15)

@@ -37,6 +37,7 @@ and rebuilt. A cache location that cannot be written falls back to a per-process
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidValue
 import atexit
 import hashlib
 import hmac
@@ -51,14 +52,11 @@ from pathlib import Path
 
 import numpy as np
 from symfield.core import caches
+from symfield.core.errors import CacheError
 
 
 class CacheWarning(UserWarning):
     """A cached file failed its check (moved aside and rebuilt), or the cache location cannot be written."""
-
-
-class CacheError(ValueError):
-    """A cached file is unusable (hash mismatch, wrong structure): callers move it aside and rebuild."""
 
 
 def warn(message: str, where) -> None:
@@ -297,7 +295,7 @@ def save_checked_npz(path, arrays: dict) -> Path:
     """:func:`save_npz` plus the members ``sha256`` = :func:`arrays_sha256` of the others (damage) and
     ``mac`` = :func:`seal` of that digest for this file's name (forgery, :func:`load_checked_npz`)."""
     if "sha256" in arrays or "mac" in arrays:
-        raise ValueError("save_checked_npz: 'sha256' and 'mac' are reserved for the content hash and its seal")
+        raise InvalidValue("save_checked_npz: 'sha256' and 'mac' are reserved for the content hash and its seal")
     digest = arrays_sha256(arrays)
     return save_npz(path, dict(arrays, sha256=np.array(digest), mac=np.array(seal(digest.encode(), _purpose(path)))))
 

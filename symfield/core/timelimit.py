@@ -24,18 +24,12 @@ import os
 import threading
 import time
 
+from symfield.core.errors import TimeLimitExceeded, TooExpensive  # noqa: F401 (raised here, named here)
+
 STEP_SECONDS = 60.0              # default wall-clock budget of one symbolic step (bounded())
 STEP_MEMORY = 2 * 1024**3        # default budget of RSS growth during one step, bytes
 POLL_SECONDS = 0.05              # how often the watchdog reads the RSS
 REFIRE_SECONDS = 0.2             # an interrupt swallowed by the callee is raised again after this
-
-
-class TimeLimitExceeded(Exception):
-    """The call ran longer than its time limit."""
-
-
-class TooExpensive(ValueError):
-    """A symbolic step ran past its time or memory budget (one line: step, formula, budget)."""
 
 
 class _Interrupt(BaseException):

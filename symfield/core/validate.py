@@ -2,7 +2,7 @@
 
     The 'sigma_w2' parameter of q_map must be a finite float >= 0. Got -1.0 instead.
 
-ValueError for bad values, TypeError for bad types.
+InvalidValue (a ValueError) for bad values, InvalidType (a TypeError) for bad types.
 """
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import numbers
 
 import mpmath
 import numpy as np
+
+from symfield.core.errors import InvalidType, InvalidValue
 
 
 def _fmt(value):
@@ -21,8 +23,12 @@ def _fmt(value):
     return repr(value)
 
 
+_OURS = {ValueError: InvalidValue, TypeError: InvalidType}
+
+
 def fail(func: str, name: str, rule: str, value, exc=ValueError):
-    raise exc(f"The '{name}' parameter of {func} must be {rule}. Got {_fmt(value)} instead.")
+    """Raise ``exc`` (ValueError -> InvalidValue, TypeError -> InvalidType) in the one message format."""
+    raise _OURS.get(exc, exc)(f"The '{name}' parameter of {func} must be {rule}. Got {_fmt(value)} instead.")
 
 
 def real(func: str, name: str, value, *, lo=None, lo_open=False, hi=None):
@@ -157,5 +163,5 @@ def memory(func: str, what: str, nbytes):
     which parameters set the size, e.g. "depth = 10**12 stored layers x 1 grid point x 4 arrays x 8 bytes")."""
     limit = memory_limit()
     if nbytes > limit:
-        raise ValueError(f"{func} would need {nbytes / 2**30:.3g} GiB for {what}, more than the limit of "
+        raise InvalidValue(f"{func} would need {nbytes / 2**30:.3g} GiB for {what}, more than the limit of "
                          f"{limit / 2**30:.3g} GiB ({MEMORY_FRACTION:.0%} of physical memory); reduce them")

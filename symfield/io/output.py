@@ -23,6 +23,7 @@ variable and the text in ``<name>_mp``.
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidValue, Unsupported
 import csv
 import io
 import json
@@ -44,11 +45,11 @@ def writable(path, name, suffixes=SUFFIXES) -> Path:
     """Check, before any work, that ``path`` has an accepted suffix and can be written."""
     p = Path(path)
     if p.suffix.lower() not in suffixes:
-        raise ValueError(f"{name} must end in one of {', '.join(suffixes)}; got {str(path)!r}")
+        raise InvalidValue(f"{name} must end in one of {', '.join(suffixes)}; got {str(path)!r}")
     if not p.parent.is_dir():
-        raise ValueError(f"{name}: directory {str(p.parent)!r} does not exist")
+        raise InvalidValue(f"{name}: directory {str(p.parent)!r} does not exist")
     if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise ValueError(f"{name}: {str(path)!r} is not writable")
+        raise InvalidValue(f"{name}: {str(path)!r} is not writable")
     if p.suffix.lower() == ".nc":
         _xarray()
     return p
@@ -58,7 +59,7 @@ def _xarray():
     try:
         import xarray
     except ImportError:
-        raise NotImplementedError("netCDF (.nc) output needs xarray (pip install xarray); use .csv or .npz") from None
+        raise Unsupported("netCDF (.nc) output needs xarray (pip install xarray); use .csv or .npz") from None
     return xarray
 
 

@@ -5,6 +5,7 @@ phase of docs/theory.md section 6, the edge-of-chaos curve (solid) and the neutr
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidValue, Unsupported
 import numpy as np
 
 from symfield.simulate import finite_data_gamma
@@ -36,7 +37,7 @@ def _variance_criterion(act):
         return None
     try:
         return 1.0 / float(q_growth(act, 1.0))
-    except (NotImplementedError, ValueError):
+    except (Unsupported, ValueError):
         return None
 
 
@@ -112,9 +113,9 @@ def _save(fig, path, dpi=None):
         return
     suffix = os.path.splitext(os.fspath(path))[1].lower()
     if suffix not in FORMATS:
-        raise ValueError(f"path must end in one of {', '.join(FORMATS)}; got {os.fspath(path)!r}")
+        raise InvalidValue(f"path must end in one of {', '.join(FORMATS)}; got {os.fspath(path)!r}")
     if dpi is not None and not (isinstance(dpi, (int, float)) and dpi > 0):
-        raise ValueError(f"dpi must be a number > 0; got {dpi!r}")
+        raise InvalidValue(f"dpi must be a number > 0; got {dpi!r}")
     with replacing(path) as tmp:
         fig.savefig(tmp, **kw)
 
@@ -296,7 +297,7 @@ def gram_bands(g, sim=None, width=None, path=None, axes=None, title=None, dpi=No
     Ghat_aa, Ghat_bb, Ghat_ab. Saved to ``path`` (.png at ``dpi``, .pdf/.svg) when given. Returns the figure."""
     n = width if width is not None else (sim.params["width"] if sim is not None else None)
     if n is None:
-        raise ValueError("gram_bands: give width= (or a simulation) to draw the width-n band")
+        raise InvalidValue("gram_bands: give width= (or a simulation) to draw the width-n band")
     fig, axes, own = _own(axes, (12, 3.6), ncols=3)
     layers = np.asarray(g.layers)
     lo, hi = g.band(n)

@@ -18,6 +18,7 @@ One callable per kernel and number type, ``D(q1, q2, q12, d)`` (float64 arrays, 
 """
 from __future__ import annotations
 
+from symfield.core.errors import PrecisionError
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -153,7 +154,7 @@ def _series_mp(K, v, dv, dps):
         if abs(term) <= mpmath.mpf(10) ** -(dps + GUARD_DIGITS) * abs(total):
             return total
         k_max += 1
-    raise ArithmeticError(f"the series of the distance map of {K.act.name} did not converge at d = {mpmath.nstr(dv, 5)}")
+    raise PrecisionError(f"the series of the distance map of {K.act.name} did not converge at d = {mpmath.nstr(dv, 5)}")
 
 
 def _series_rule(K, dps):

@@ -7,6 +7,7 @@ of the Integrand it carries.
 """
 from __future__ import annotations
 
+from symfield.core.errors import NoRule
 import math
 import warnings
 from functools import lru_cache
@@ -138,7 +139,7 @@ def evaluator(expr: sp.Expr, args: tuple, kinks: tuple = (), dps: int | None = N
     impls, repl = {}, {}
     plain = expr.atoms(sp.Integral) - expr.atoms(GaussianIntegral)
     if plain:
-        raise NotImplementedError(f"no numeric rule for the integral {min(plain, key=sp.default_sort_key)}")
+        raise NoRule(f"no numeric rule for the integral {min(plain, key=sp.default_sort_key)}")
     for i, I in enumerate(integrals(expr)):
         name = f"_quad{i}"
         impls[name] = integral_rule(I.integrand, kinks, dps)

@@ -74,6 +74,7 @@ measured abs+max2 C at dps=8 66 s, dC at dps=15 ~100 s, gelu+max2 dC at dps=10 1
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidValue, PrecisionError
 import math
 from fractions import Fraction
 from functools import lru_cache
@@ -228,7 +229,7 @@ class Levels:
             o = 1.0 if self.yr[p] >= self.yl[p] else -1.0
             yt = o * np.asarray(phi(xt), float)
             if np.any(np.diff(yt) < -1e-9 * (1 + np.abs(yt[1:]))):
-                raise ValueError(f"The activation oscillates faster than the level-set scan (spacing {h:g}) resolves; "
+                raise InvalidValue(f"The activation oscillates faster than the level-set scan (spacing {h:g}) resolves; "
                                  "max-pool of it is not supported.")
             with np.errstate(all="ignore"):
                 st = o * np.asarray(dphi(xt), float)        # slopes for a cubic Hermite first guess
@@ -966,7 +967,7 @@ def argmax_expect1_mp(f, phi, dphi, q, k, lv, dps, scale=0):
     val, err = mpmath.quad(integrand, pts, error=True, maxdegree=8)
     val = k * val
     if err * k > mpmath.mpf(10) ** (-dps) * max(abs(val), scale, mpmath.mpf(10) ** (-2 * dps)):
-        raise ArithmeticError(f"max-pool (non-monotone phi) 1-D map at dps={dps}: mpmath.quad error estimate "
+        raise PrecisionError(f"max-pool (non-monotone phi) 1-D map at dps={dps}: mpmath.quad error estimate "
                               f"{mpmath.nstr(err * k, 3)} exceeds 10^-{dps} of the value {mpmath.nstr(val, 8)}.")
     return val
 

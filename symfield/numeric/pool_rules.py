@@ -6,6 +6,7 @@ the generalised order statistics of phi's level sets (levelsets.py).
 """
 from __future__ import annotations
 
+from symfield.core.errors import NoRule, Unsupported
 import math
 
 import mpmath
@@ -45,7 +46,7 @@ def _shifted(phi, kinks):
     if flats:
         vals = sorted({v for *_, v in flats})
         if len(vals) > 1:
-            raise NotImplementedError(f"max-pool of an activation that is constant at several different values "
+            raise Unsupported(f"max-pool of an activation that is constant at several different values "
                                       f"({', '.join(f'{v:g}' for v in vals)}) on intervals is not supported: ties "
                                       f"between nodes have positive probability there.")
         y0 = vals[0]
@@ -61,7 +62,7 @@ def _lower(f, phi, y0, flats):
     g = sp.expand(sp.sympify(f).subs(phi, Y + sp.nsimplify(y0)))
     if g.has(x) or not g.is_polynomial(Y):
         if any(abs(float(sp.sympify(f).subs(x, (a + b) / 2))) > 0 for a, b, _ in flats):
-            raise NotImplementedError("max-pool of an activation with a flat piece: this integrand does not "
+            raise Unsupported("max-pool of an activation with a flat piece: this integrand does not "
                                       "vanish on the flat piece (ties between nodes).")
         return None
     return [float(c) for c in reversed(sp.Poly(g, Y).all_coeffs())]
@@ -82,13 +83,13 @@ def _levels_pool(spec: Integrand, kinks, dps, vectorise, numpy_modules):
     cf, cg = _lower(spec.f, phi, y0, flats), _lower(spec.g, phi, y0, flats)
     if dps is not None:
         if cf is not None or cg is not None:
-            raise NotImplementedError("dps= is not available for the max-pool covariance of an activation with a flat "
+            raise NoRule("dps= is not available for the max-pool covariance of an activation with a flat "
                                       "piece at a nonzero value.")
         return _level2_mp(spec, pt, k, lv, dps, vectorise)
     f, g = spec.f, spec.g
     if cf is not None or cg is not None:
         if not (cf == [y0, 1.0] and cg == [y0, 1.0]):
-            raise NotImplementedError("max-pool of an activation with a flat piece: covariance integrand not supported.")
+            raise Unsupported("max-pool of an activation with a flat piece: covariance integrand not supported.")
         f = g = pt
     fv, gv = vectorise(f, numpy_modules), vectorise(g, numpy_modules)
 
@@ -106,7 +107,7 @@ def _level1(f, pt, k, lv, coef, dps, vectorise, numpy_modules):
     if dps is not None:
         fm, pm, dm = (vectorise(e, "mpmath") for e in (f, pt, sp.diff(pt, x)))
         if coef is not None:
-            raise NotImplementedError("dps= is not available for max-pool of an activation with a flat piece at a "
+            raise NoRule("dps= is not available for max-pool of an activation with a flat piece at a "
                                       "nonzero value.")
 
         def run_mp(qv):
@@ -145,7 +146,7 @@ def _level2_mp(spec, pt, k, lv, dps, vectorise):
             if det <= 0 and c > 0 and a == b:   # v = u: A = B
                 return LS.argmax_expect1_mp(lambda t: fm(t) * gm(t), pm, dm, a, k, L, dps)
             if det <= 0:
-                raise NotImplementedError("dps= for the max-pool covariance maps of a non-monotone activation "
+                raise NoRule("dps= for the max-pool covariance maps of a non-monotone activation "
                                           "at |c| = 1 is available only for c = 1, q1 = q2.")
             return LS.argmax_expect2_mp(fm, gm, pm, dm, a, b, c, k, L, dps, argmax_only)
     return run2_mp

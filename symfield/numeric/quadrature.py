@@ -49,6 +49,7 @@ dps= also for C and dC (levelsets.argmax_expect2_mp, same controlled; minutes pe
 """
 from __future__ import annotations
 
+from symfield.core.errors import PrecisionError
 import math
 from fractions import Fraction
 from functools import lru_cache
@@ -58,6 +59,8 @@ import mpmath
 import numpy as np
 from mpmath.libmp import to_fixed
 from mpmath.libmp.libelefun import exp_fixed, ln2_fixed
+
+from symfield.core.errors import QuadratureError
 
 __all__ = ["expect1", "expect2", "expect1_vec", "expect2_vec", "expect1_many", "QuadratureError"]
 
@@ -71,10 +74,6 @@ _NULL = (2 * (np.arange(12) + 0.5)[:, None] * np.polynomial.legendre.legvander(_
 _W = _W / math.sqrt(2 * math.pi)
 _CHUNK = 1 << 20         # inner nodes per vectorised pass
 F64_RTOL = 1e-10         # float64 rules: error estimate <= F64_RTOL * E|integrand| or QuadratureError
-
-
-class QuadratureError(ArithmeticError):
-    """A float64 Gaussian expectation whose error estimate exceeds its tolerance (integrand not resolved)."""
 
 
 # ---------------------------------------------------------------- breakpoints (float or mpf)
@@ -263,7 +262,7 @@ def controlled(level, N, what):
         if est <= eps * S:
             return v2
         P = (P[0], P[1] / 2, P[2] / 2, P[3])
-    raise ArithmeticError(f"{what}: quadrature error estimate {mpmath.nstr(est, 3)} exceeds the required "
+    raise PrecisionError(f"{what}: quadrature error estimate {mpmath.nstr(est, 3)} exceeds the required "
                           f"{mpmath.nstr(eps * S, 3)} (dps={N}) after {MAX_REFINE} panel halvings")
 
 

@@ -18,6 +18,7 @@ one that fails, or cannot be read, is moved aside with one warning and rebuilt (
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidValue
 import hashlib
 
 import numpy as np
@@ -109,14 +110,14 @@ def check_structure(lo, hi, coef, error):
     everything finite and 0 <= error < inf (what __call__ indexes and trusts)."""
     n = lo.shape[0] if lo.ndim == 1 else -1
     if not (n >= 1 and hi.shape == (n,) and coef.shape == (n, N) and coef.dtype == np.float64):
-        raise ValueError(f"shapes lo {lo.shape}, hi {hi.shape}, coef {coef.shape} (need (n,), (n,), (n, {N}))")
+        raise InvalidValue(f"shapes lo {lo.shape}, hi {hi.shape}, coef {coef.shape} (need (n,), (n,), (n, {N}))")
     if not (np.isfinite(coef).all() and np.isfinite(lo).all() and np.isfinite(hi).all()):
-        raise ValueError("non-finite values")
+        raise InvalidValue("non-finite values")
     if not (lo[0] == P_LO and P_LO < hi[-1] <= P_HI and hi[-1] == int(hi[-1]) and (hi > lo).all()
             and np.array_equal(hi[:-1], lo[1:])):
-        raise ValueError(f"panels do not tile [{P_LO}, top] with an integer top <= {P_HI}")
+        raise InvalidValue(f"panels do not tile [{P_LO}, top] with an integer top <= {P_HI}")
     if not 0.0 <= error < np.inf:
-        raise ValueError(f"error bound {error!r}")
+        raise InvalidValue(f"error bound {error!r}")
 
 
 def ship_name(ship):

@@ -58,6 +58,7 @@ sqrt(V(q1) V(q2)) (its Cauchy-Schwarz scale), and for odd psi also C relative to
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidValue, NotTabulable
 import hashlib
 import json
 import math
@@ -372,10 +373,10 @@ def _phi(K):
 
 
 def analyse(K):
-    """(kind, degree, parity, psi(0)^2) of a kernel, or raise NotImplementedError (not tabulable)."""
+    """(kind, degree, parity, psi(0)^2) of a kernel, or raise NotTabulable (not tabulable)."""
     phi, pool, k = _phi(K)
     if Kind.LEVEL2 in kinds(K.C):
-        raise NotImplementedError(f"{K.act.name}: max-pool of a non-monotone activation is not tabulated "
+        raise NotTabulable(f"{K.act.name}: max-pool of a non-monotone activation is not tabulated "
                                   f"(the accuracy of its float64 rule is not certified here); quadrature is used")
     odd = sp.simplify(phi.subs(x, -x) + phi) == 0
     even = sp.simplify(phi.subs(x, -x) - phi) == 0
@@ -1158,7 +1159,7 @@ def _read(path, K, is_shipped=False):
         meta = json.loads(str(z["meta"]))
         T = Table(K)
         if (meta["kind"], meta["degree"], meta["parity"]) != (T.kind, T.degree, T.parity):
-            raise ValueError(f"kind/degree/parity {meta['kind']}/{meta['degree']}/{meta['parity']} are not the kernel's")
+            raise InvalidValue(f"kind/degree/parity {meta['kind']}/{meta['degree']}/{meta['parity']} are not the kernel's")
         T.V1, T.info = meta["V1"], meta["info"]
         for p, d in meta["panels"].items():
             cells = [(a, b, z[f"c{p}_{j}"]) for j, (a, b) in enumerate(d["cells"])]
@@ -1184,19 +1185,19 @@ def check_structure(T):
     ps = sorted(T.panels)
     hom = T.kind == "homogeneous"
     if not ps or (ps != [0] if hom else (ps != list(range(ps[0], ps[-1] + 1)) or ps[0] < 0 or ps[-1] > Q_CAP_EXP - E0)):
-        raise ValueError(f"panels {ps}")
+        raise InvalidValue(f"panels {ps}")
     if hom and not (isinstance(T.V1, (int, float)) and math.isfinite(T.V1)):
-        raise ValueError(f"V1 = {T.V1!r}")
+        raise InvalidValue(f"V1 = {T.V1!r}")
     if not (isinstance(T.info, dict) and isinstance(T.info.get("mp_checks"), list)):
-        raise ValueError("info")
+        raise InvalidValue("info")
     nt = 1 if hom else N_T
     for p in ps:
         pn = T.panels[p]
         v = np.asarray(pn.vcoef)
         if v.shape != ((0,) if hom else (N_T,)) or not np.isfinite(v).all():
-            raise ValueError(f"panel {p}: V coefficients of shape {v.shape}")
+            raise InvalidValue(f"panel {p}: V coefficients of shape {v.shape}")
         if not all(isinstance(e, (int, float)) and (e == e or k not in ("V", "C", "D")) for k, e in pn.err.items()):
-            raise ValueError(f"panel {p}: error entries {pn.err}")
+            raise InvalidValue(f"panel {p}: error entries {pn.err}")
         for what, cells in (("cells", pn.cells), ("R-cells", pn.rcells)):
             if what == "cells" or cells:
                 _check_cells(cells, nt, T.theta_max, f"panel {p} {what}")
@@ -1204,17 +1205,17 @@ def check_structure(T):
 
 def _check_cells(cells, nt, tmax, what):
     if not cells:
-        raise ValueError(f"{what}: none")
+        raise InvalidValue(f"{what}: none")
     edges = [e for a, b, _ in cells for e in (a, b)]
     if not all(isinstance(e, float) and math.isfinite(e) for e in edges):
-        raise ValueError(f"{what}: edges {edges}")
+        raise InvalidValue(f"{what}: edges {edges}")
     if edges[0] != 0.0 or edges[-1] != tmax or any(b <= a for a, b, _ in cells) or \
             any(cells[j][1] != cells[j + 1][0] for j in range(len(cells) - 1)):
-        raise ValueError(f"{what}: edges do not tile [0, {tmax}]")
+        raise InvalidValue(f"{what}: edges do not tile [0, {tmax}]")
     for _, _, coef in cells:
         if not (isinstance(coef, np.ndarray) and coef.shape == (nt, N_TH) and coef.dtype == np.float64
                 and np.isfinite(coef).all()):
-            raise ValueError(f"{what}: coefficients of shape {np.shape(coef)}")
+            raise InvalidValue(f"{what}: coefficients of shape {np.shape(coef)}")
 
 
 _TABLES: dict = caches.memo()

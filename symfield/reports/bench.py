@@ -19,6 +19,7 @@ trajectories with propagate's quadrature path (maps by symfield.numeric, no tabl
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidType, Unsupported
 import math
 import time
 from dataclasses import dataclass, field
@@ -230,7 +231,7 @@ def _check_trajectories(res, K, r, sw, sb, rng, n_traj):
 def _pair(v, name):
     v = tuple(v) if isinstance(v, (tuple, list)) else None
     if v is None or len(v) != 2:
-        raise TypeError(f"The '{name}' parameter of {_F} must be a pair of numbers. Got {v!r} instead.")
+        raise InvalidType(f"The '{name}' parameter of {_F} must be a pair of numbers. Got {v!r} instead.")
     return v
 
 
@@ -323,7 +324,7 @@ def _scipy(K, states):
     """Seconds per cell-layer of quad (V) + dblquad (C) and their per-step errors."""
     import scipy.integrate as si
     if K.act.pool is not None and K.act.k > 1:
-        raise NotImplementedError("the SciPy baseline covers single-node activations")
+        raise Unsupported("the SciPy baseline covers single-node activations")
     import sympy as sp
     phi = sp.lambdify(X, K.act.expr, modules=["math", "mpmath"])
     npdf = lambda t: math.exp(-0.5 * t * t) / math.sqrt(2 * math.pi)

@@ -17,6 +17,7 @@ reported, never asserted: a row is "met" (time within target and error <= ``Row.
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidValue
 import json
 import math
 import os
@@ -98,7 +99,7 @@ def select(names=None) -> list[Row]:
     known = {r.name: r for r in ROWS}
     bad = [n for n in wanted if n not in known]
     if bad or not wanted:
-        raise ValueError(f"The 'rows' parameter of bench --suite cold must name rows among {', '.join(known)}. "
+        raise InvalidValue(f"The 'rows' parameter of bench --suite cold must name rows among {', '.join(known)}. "
                          f"Got {', '.join(map(repr, bad)) if bad else repr(names)} instead.")
     return [known[n] for n in wanted]
 
@@ -240,7 +241,7 @@ def _weight(act, q):
         return lambda t: act.k * mpmath.ncdf(t / s) ** (act.k - 1)
     if act.pool is None:
         return lambda t: 1
-    raise ValueError(f"The 'act' parameter of the cold-suite oracle must be unpooled or max-pooled. Got {act.name!r} instead.")
+    raise InvalidValue(f"The 'act' parameter of the cold-suite oracle must be unpooled or max-pooled. Got {act.name!r} instead.")
 
 
 def V_mp(act, q, dps):

@@ -20,6 +20,7 @@ Output is byte-stable: no dates or versions, fixed orderings, numbers to 6 signi
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidValue, Unsupported
 import contextvars
 import re
 from typing import Literal
@@ -120,7 +121,7 @@ def _group(s, i):
         depth += {"{": 1, "}": -1}.get(s[j], 0)
         if depth == 0:
             return s[i + 1:j], j + 1
-    raise ValueError("unbalanced braces")
+    raise InvalidValue("unbalanced braces")
 
 
 def _split(expr) -> list[str]:
@@ -662,7 +663,7 @@ def _eoc(K):
                 rows.append(f"{_num(b)} & {_num(sw_)} & {_num(qs_)}$^\\dagger$ \\\\")
             else:
                 rows.append(f"{_num(b)} & {_num(sw_)} & {_num(qs_)} \\\\")
-        except (ValueError, NotImplementedError):
+        except (ValueError, Unsupported):
             rows.append(f"{_num(b)} & \\multicolumn{{2}}{{c}}{{no edge of chaos}} \\\\")
         except (ArithmeticError, MemoryError):
             rows.append(f"{_num(b)} & \\multicolumn{{2}}{{c}}{{not determined}} \\\\")

@@ -32,6 +32,7 @@ limit, or could not run: an evaluation raised, an oracle was not finite). ``repo
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidType, Unsupported
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -202,7 +203,7 @@ def verify(formula: str, *, seed: int = 0, n_mc: int = 200_000, dps: int = 20,
     'pass'
     """
     if not isinstance(formula, str):
-        raise TypeError(f"The 'formula' parameter of verify must be a str. Got {formula!r} instead.")
+        raise InvalidType(f"The 'formula' parameter of verify must be a str. Got {formula!r} instead.")
     seed = validate.integer("verify", "seed", seed, lo=0)
     n_mc = validate.integer("verify", "n_mc", n_mc, lo=1000, hi=10**8)
     dps = validate.integer("verify", "dps", dps, lo=15, hi=50)
@@ -431,7 +432,7 @@ def _eoc(rep, act, phi, dps):
         except ValueError as err:       # sf.eoc states that no EOC exists here, and why
             row["note"] = _line(err) if "homogeneous" not in str(err) else \
                 "positively homogeneous: no EOC curve for sigma_b2 > 0 (see sf.eoc)"
-        except (NotImplementedError, TimeLimitExceeded) as err:
+        except (Unsupported, TimeLimitExceeded) as err:
             row.update(status=INCONCLUSIVE, note=f"not determined: {_line(err)}")
             rep.undetermined(f"EOC at sigma_b2 = {sb:g}: {_line(err)}")
         else:
@@ -507,7 +508,7 @@ def _phases(rep, act, seconds):
             row["note"] = f"not determined within {seconds:g} CPU seconds"
             rep.undetermined(f"{where}: not determined within {seconds:g} CPU seconds of its thread "
                              f"(wall cap {CPU_WALL_FACTOR * seconds:g} s; raise it with --phase-seconds / phase_seconds)")
-        except (ValueError, ArithmeticError, NotImplementedError) as err:
+        except (ValueError, ArithmeticError, Unsupported) as err:
             row["note"] = f"not determined: {_line(err)}"
             rep.undetermined(f"{where}: {type(err).__name__}: {_line(err)}")
         else:

@@ -5,6 +5,7 @@ An :class:`Activation` is a SymPy expression ``phi(x)`` plus an optional pool
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidType, InvalidValue, SYMPY_GAVE_UP
 import ast
 import difflib
 import math
@@ -26,7 +27,7 @@ x = X
 
 def _num(value, name, spec):
     if isinstance(value, bool) or not isinstance(value, (int, float, sp.Rational)):
-        raise TypeError(f"The '{name}' parameter of activation('{spec}') must be a real number. Got {value!r} instead.")
+        raise InvalidType(f"The '{name}' parameter of activation('{spec}') must be a real number. Got {value!r} instead.")
     if isinstance(value, float):
         validate.real("activation", name, value)
         return sp.Rational(repr(value))
@@ -39,7 +40,7 @@ def _abrelu(a=0, b=1):
 
 def _poly(coeffs=(0, 1)):
     if not isinstance(coeffs, (list, tuple)) or not coeffs:
-        raise TypeError(f"The 'coeffs' parameter of activation('polynomial') must be a non-empty list of numbers "
+        raise InvalidType(f"The 'coeffs' parameter of activation('polynomial') must be a non-empty list of numbers "
                         f"(c0, c1, ...). Got {coeffs!r} instead.")
     return sum(_num(c, "coeffs", "polynomial") * x**i for i, c in enumerate(coeffs))
 
@@ -117,7 +118,7 @@ def _builtin_args(name, argtext, spec):
     try:
         call = ast.parse(f"f({argtext})", mode="eval").body
     except SyntaxError:
-        raise ValueError(f"The 'name' parameter of activation has malformed arguments. Got {spec!r} instead.") from None
+        raise InvalidValue(f"The 'name' parameter of activation has malformed arguments. Got {spec!r} instead.") from None
 
     def lit(node):
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
@@ -126,10 +127,10 @@ def _builtin_args(name, argtext, spec):
             return -lit(node.operand)
         if isinstance(node, (ast.Tuple, ast.List)):
             return tuple(lit(e) for e in node.elts)
-        raise ValueError(f"The arguments of activation {spec!r} must be numbers. Got {ast.unparse(node)!r} instead.")
+        raise InvalidValue(f"The arguments of activation {spec!r} must be numbers. Got {ast.unparse(node)!r} instead.")
     names = list(BUILTINS[name][1])
     if len(call.args) > len(names):
-        raise ValueError(f"The activation '{name}' takes parameters {names}. Got {spec!r} instead.")
+        raise InvalidValue(f"The activation '{name}' takes parameters {names}. Got {spec!r} instead.")
     params = dict(zip(names, (lit(a) for a in call.args)))
     params.update({kw.arg: lit(kw.value) for kw in call.keywords})
     return params
@@ -180,16 +181,16 @@ def activation(spec: str | Activation, pool: Literal["max", "avg"] | None = None
     if isinstance(spec, Activation):
         base = spec
         if params:
-            raise ValueError("Parameters cannot be given together with an Activation object.")
+            raise InvalidValue("Parameters cannot be given together with an Activation object.")
     else:
         base = _single(spec, tuple(sorted(params.items(), key=lambda kv: kv[0])))
     if pool is None:
         return base
     if pool not in POOLS:
-        raise ValueError(f"The 'pool' parameter of activation must be one of 'max', 'avg' or None. Got {pool!r} instead.")
+        raise InvalidValue(f"The 'pool' parameter of activation must be one of 'max', 'avg' or None. Got {pool!r} instead.")
     k = validate.integer("activation", "k", k, lo=1, hi=MAX_K)
     if base.pool is not None:
-        raise ValueError(f"The activation {base.name!r} is already pooled; pools cannot be nested.")
+        raise InvalidValue(f"The activation {base.name!r} is already pooled; pools cannot be nested.")
     if pool == "max" and k > 1 and not is_monotone(base.expr):
         warnings.warn(f"{base.name} is not monotone non-decreasing: max-pool has no order-statistic reduction and "
                       f"uses the slower {2 * k}-dimensional integral.", stacklevel=2)
@@ -198,7 +199,7 @@ def activation(spec: str | Activation, pool: Literal["max", "avg"] | None = None
 
 def _single(spec, params) -> Activation:
     if not isinstance(spec, str):
-        raise TypeError(f"The 'name' parameter of activation must be a str (a built-in name or a formula in x) "
+        raise InvalidType(f"The 'name' parameter of activation must be a str (a built-in name or a formula in x) "
                         f"or an Activation. Got {spec!r} instead.")
     params = dict(params)
     if len(spec) > MAX_LENGTH:
@@ -211,22 +212,22 @@ def _single(spec, params) -> Activation:
         builder, defaults, _ = BUILTINS[name]
         unknown = set(params) - set(defaults)
         if unknown:
-            raise ValueError(f"The activation '{name}' takes parameters {sorted(defaults) or 'none'}. "
+            raise InvalidValue(f"The activation '{name}' takes parameters {sorted(defaults) or 'none'}. "
                              f"Got {sorted(unknown)} instead.")
         full = {**defaults, **params}
         args = {kk: (v if kk == "coeffs" else _num(v, kk, name)) for kk, v in full.items()}
         if name == "monomial" and not (args["n"].is_integer and 0 <= args["n"] <= 64):
-            raise ValueError(f"The 'n' parameter of activation('monomial') must be an integer in [0, 64]. "
+            raise InvalidValue(f"The 'n' parameter of activation('monomial') must be an integer in [0, 64]. "
                              f"Got {full['n']!r} instead.")
         if name == "polynomial" and len(full["coeffs"]) > 65:
-            raise ValueError("The 'coeffs' parameter of activation('polynomial') must have at most 65 entries.")
+            raise InvalidValue("The 'coeffs' parameter of activation('polynomial') must have at most 65 entries.")
         return Activation(_spec_name(name, params, defaults), sp.sympify(builder(**args)))
     if params:
-        raise ValueError(f"Parameters {sorted(params)} were given for {spec!r}, which is not a built-in activation.")
+        raise InvalidValue(f"Parameters {sorted(params)} were given for {spec!r}, which is not a built-in activation.")
     if match and match.group(2) is None and match.group(1) not in ("x", "pi", "e", "E"):
         guess = difflib.get_close_matches(spec.strip(), sorted(set(BUILTINS) | set(FUNCTIONS)), n=3)
         hint = f" Did you mean {' or '.join(repr(g) for g in guess)}?" if guess else ""
-        raise ValueError(f"The 'name' parameter of activation must be a built-in activation "
+        raise InvalidValue(f"The 'name' parameter of activation must be a built-in activation "
                          f"({', '.join(activations())}) or a formula in x. Got {spec!r} instead.{hint}")
     expr = _formula(spec)
     return Activation(spec.strip(), expr)
@@ -452,8 +453,7 @@ def _limited(fn, *args):
     """fn(*args) under the SOLVE_SECONDS time limit; None on timeout or when SymPy gives up."""
     try:
         return timelimit.call_with_time_limit(SOLVE_SECONDS, fn, *args)
-    except (timelimit.TimeLimitExceeded, NotImplementedError, ValueError, TypeError, AttributeError,
-            RecursionError, sp.PolynomialError):
+    except (timelimit.TimeLimitExceeded, sp.PolynomialError, *SYMPY_GAVE_UP):
         return None
 
 
@@ -616,7 +616,7 @@ def kinks(expr) -> tuple:
         if a.is_polynomial(x) and a.has(x):
             try:
                 points.update(float(r) for r in sp.real_roots(sp.Poly(a, x)))
-            except NotImplementedError:  # coefficients such as sqrt(2) or pi: numerical roots suffice
+            except SYMPY_GAVE_UP:  # coefficients such as sqrt(2) or pi: numerical roots suffice
                 roots = (complex(r) for r in sp.Poly(a, x).nroots(n=30))
                 points.update(r.real for r in roots if abs(r.imag) <= 1e-12 * (1 + abs(r.real)))
     return tuple(sorted(points))

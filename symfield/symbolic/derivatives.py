@@ -12,6 +12,7 @@ the two-input rule; max-pool pairs (two inputs) have no rule here.
 """
 from __future__ import annotations
 
+from symfield.core.errors import NoRule, Unsupported
 import sympy as sp
 
 from symfield.symbolic import gaussian as G
@@ -34,9 +35,9 @@ def drop_vanishing_deltas(g, f):
             c = term / deltas[0]
             if len(a) == 1 and not c.has(sp.DiracDelta) and sp.simplify(c.subs(x, a[0])) == 0:
                 continue
-            raise NotImplementedError(f"the derivative needs x f'(x) without point masses; f = {f} jumps.")
+            raise Unsupported(f"the derivative needs x f'(x) without point masses; f = {f} jumps.")
         else:
-            raise NotImplementedError(f"the derivative needs x f'(x) without point masses; f = {f} jumps.")
+            raise Unsupported(f"the derivative needs x f'(x) without point masses; f = {f} jumps.")
     return out
 
 
@@ -48,7 +49,7 @@ def _xd(f):
 def _deriv(f):
     d = sp.diff(f, x)
     if d.has(sp.DiracDelta):
-        raise NotImplementedError(f"{f} has a jump: its derivative has a point mass")
+        raise Unsupported(f"{f} has a jump: its derivative has a point mass")
     return d
 
 
@@ -63,7 +64,7 @@ def _d_integral(I, var, pair):
         new = G.integral1(g) if spec.kind is Kind.NORMAL1 else max_integral1(g, spec.k)
         return new.subs(q, s) / (2 * s)
     if spec.kind is not Kind.NORMAL2:
-        raise NotImplementedError(f"no derivative rule for a {spec.kind.value} integral")
+        raise NoRule(f"no derivative rule for a {spec.kind.value} integral")
     f, g = spec.f, spec.g
     d12 = pair(_deriv(f), _deriv(g))
     if var == q12:
@@ -78,7 +79,7 @@ def d(expr, var, pair=lambda f, g: G.expect2(f, g).value):
     ints = sorted(expr.atoms(GaussianIntegral), key=sp.default_sort_key)
     plain = expr.atoms(sp.Integral) - set(ints)
     if plain:
-        raise NotImplementedError(f"cannot differentiate the integral {min(plain, key=sp.default_sort_key)}")
+        raise NoRule(f"cannot differentiate the integral {min(plain, key=sp.default_sort_key)}")
     if not ints:
         return sp.diff(expr, var)
     dummies = [sp.Dummy(f"I{i}") for i in range(len(ints))]

@@ -30,6 +30,7 @@ well conditioned ("far").
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidValue, SYMPY_GAVE_UP
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -131,7 +132,7 @@ def distance(K: Kernel) -> Distance:
             forms = timelimit.bounded(f"the distance rule {method}", K.act.name, rule, K, seconds=RULE_SECONDS)
             ok = forms is not None and timelimit.bounded(f"the check of the distance rule {method}", K.act.name,
                                                          _checked, K, forms[0], seconds=RULE_SECONDS)
-        except (ValueError, TypeError, NotImplementedError, ZeroDivisionError):
+        except SYMPY_GAVE_UP:
             ok = False
         if ok:
             near = forms[1] if forms[1] is not None else plain(K, "near")
@@ -226,7 +227,7 @@ def _stable_cross(a1, b1, a2, b2):
     """a1 b1 - a2 b2 for positive terms with radicals, as (a1^2 b1^2 - a2^2 b2^2)/(a1 b1 + a2 b2), numerator factored."""
     num = sp.factor(sp.expand(a1 ** 2 * b1 ** 2 - a2 ** 2 * b2 ** 2))
     if num.subs(d, 0) != 0 and sp.simplify(num.subs(d, 0)) != 0:
-        raise ValueError("no cancellation-free form")
+        raise InvalidValue("no cancellation-free form")
     return num / (a1 * b1 + a2 * b2)
 
 

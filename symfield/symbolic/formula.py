@@ -17,10 +17,13 @@ more than 30 digits (1e-300 = 1/10^300, 1e-29**10) become 30-digit Floats (MAX_E
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidType
 import ast
 
 import mpmath
 import sympy as sp
+
+from symfield.core.errors import FormulaError  # noqa: F401 (raised here)
 
 X = sp.Symbol("x", real=True)
 
@@ -53,10 +56,6 @@ ARITY = {"max": (2, 8), "min": (2, 8)}
 CONSTANTS = {"x": X, "pi": sp.pi, "e": sp.E, "E": sp.E}
 
 
-class FormulaError(ValueError):
-    """A user formula that is not an allowed expression in x."""
-
-
 def _refuse(text, why):
     raise FormulaError(f"The 'formula' parameter of activation must be an expression in x built from numbers, "
                        f"+ - * / **, and the functions {', '.join(sorted(FUNCTIONS))}. Got {text!r} instead: {why}.")
@@ -65,7 +64,7 @@ def _refuse(text, why):
 def parse(text: str) -> sp.Expr:
     """Parse ``text`` into a SymPy expression in :data:`X`, refusing anything outside the allow-list."""
     if not isinstance(text, str):
-        raise TypeError(f"The 'formula' parameter of activation must be a str. Got {text!r} instead.")
+        raise InvalidType(f"The 'formula' parameter of activation must be a str. Got {text!r} instead.")
     if len(text) > MAX_LENGTH:
         _refuse(text[:40] + "...", f"longer than {MAX_LENGTH} characters")
     source = text.replace("^", "**").strip()

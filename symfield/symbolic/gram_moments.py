@@ -10,6 +10,7 @@ rule: ``grad`` and ``hess`` are then None and the caller differentiates numerica
 """
 from __future__ import annotations
 
+from symfield.core.errors import Unsupported
 from dataclasses import dataclass, field
 from functools import lru_cache
 import sympy as sp
@@ -107,7 +108,7 @@ def moment(act: Activation, i: int, j: int):
         return _pair(phi**i, phi**j)
     if act.pool == "max":
         if not is_monotone(phi):
-            raise NotImplementedError(f"the Gram theory supports max-pools of monotone non-decreasing phi only "
+            raise Unsupported(f"the Gram theory supports max-pools of monotone non-decreasing phi only "
                                       f"(psi = phi(max_j u_j)); {act.single.name} is not monotone.")
         return max_integral2(phi**i, phi**j, act.k), "integral (order statistic h_k)"
     return _avg_moment(phi, act.k, i, j)
@@ -128,7 +129,7 @@ def _derivatives(C):
     try:
         grad = tuple(d(C, v) for v in VARS)
         hess = tuple(tuple(d(grad[i], VARS[j]) for j in range(3)) for i in range(3))
-    except NotImplementedError:
+    except Unsupported:
         return None, None
     return grad, hess
 

@@ -30,6 +30,7 @@ undefined function.  ``srepr`` round-trips (the Integrand is printed with the cl
 """
 from __future__ import annotations
 
+from symfield.core.errors import Unsupported
 import enum
 from dataclasses import dataclass
 from functools import lru_cache
@@ -112,7 +113,7 @@ class GaussianIntegral(sp.Integral):
 
     def _eval_derivative(self, sym):
         # differentiating under the integral would leave the attached integrand stale
-        raise NotImplementedError("a GaussianIntegral is differentiated through its Integrand (e.g. the scale "
+        raise Unsupported("a GaussianIntegral is differentiated through its Integrand (e.g. the scale "
                                   "identity dI/dq = E[x f'(x)]/(2q)), not by sympy.diff")
 
     def scale(self):
@@ -190,7 +191,7 @@ def expectation(form, parts, params, dps):
     at the caller's mp.dps (rounded to it), else mpmath to dps digits."""
     rule = _QUADRATURE.get("rule")
     if rule is None:
-        raise NotImplementedError("a GaussianIntegral is evaluated by the numeric layer's quadrature: "
+        raise Unsupported("a GaussianIntegral is evaluated by the numeric layer's quadrature: "
                                   "import symfield (or symfield.numeric.evaluate) first")
     if dps == "float64":
         return rule(form, parts, params, None)

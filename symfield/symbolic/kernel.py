@@ -14,6 +14,7 @@ Exact special cases kept beside the maps: C(q1, q2, 0) = mean(q1) mean(q2) and C
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidValue, SYMPY_GAVE_UP
 from functools import lru_cache
 
 import sympy as sp
@@ -179,7 +180,7 @@ def _dirac_points(d2):
             return [None]
         try:
             roots = sp.Poly(atom.args[0], x).real_roots()
-        except (NotImplementedError, sp.PolynomialError):
+        except (sp.PolynomialError, *SYMPY_GAVE_UP):
             roots = [r for r in sp.solve(atom.args[0], x) if r.is_real]
         points.update(roots)
     return sorted(points, key=float)
@@ -190,7 +191,7 @@ def _jump_maps(phi, dC, C):
     dC = d/dq12 of C only when C is closed (else refused: no Gaussian quadrature of a delta)."""
     dpsi2 = G.Expectation(sp.oo, "infinite: phi jumps, so E[phi'^2] diverges (phi' has a Dirac delta)")
     if dC.value.has(sp.DiracDelta):
-        raise ValueError(f"the activation {phi} jumps (phi' has a Dirac delta) and its covariance map has no "
+        raise InvalidValue(f"the activation {phi} jumps (phi' has a Dirac delta) and its covariance map has no "
                          "closed form, so dC/dq12 cannot be computed; use a continuous activation")
     return dpsi2, dC
 

@@ -13,6 +13,7 @@ some large q, and they cost microseconds.
 """
 from __future__ import annotations
 
+from symfield.core.errors import SYMPY_GAVE_UP
 import sympy as sp
 
 from symfield.core import timelimit
@@ -36,7 +37,7 @@ def linear_growth(expr) -> tuple | None:
         return a, b
     try:
         a, b = timelimit.bounded("the q -> inf limit", str(expr), limits, seconds=LIMIT_SECONDS)
-    except (ValueError, TypeError, NotImplementedError, ArithmeticError):
+    except SYMPY_GAVE_UP:
         return None
     if not all(v.is_real and v.is_finite for v in (a, b)) or (a == 0 and b == 0):
         return None

@@ -14,6 +14,7 @@ of the fit, and, where the distance map is only the plain difference V + V - 2C,
 """
 from __future__ import annotations
 
+from symfield.core.errors import PrecisionError
 from dataclasses import dataclass
 
 import mpmath
@@ -147,7 +148,7 @@ def divergence(act: str | Activation, sigma_w2: float, sigma_b2: float, depth: i
         return Divergence("finite", None, None, limit, gamma, {}, precision)
     sel = usable & (layers > depth // 2) & np.isfinite(log_gamma)
     if sel.sum() < 10:
-        raise ArithmeticError(f"divergence: only {int(sel.sum())} usable layers in the second half "
+        raise PrecisionError(f"divergence: only {int(sel.sum())} usable layers in the second half "
                               f"(gamma overflowed float64 or 1 - c cancelled); use a smaller depth.")
     lg, ll = log_gamma[sel], layers[sel].astype(float)
     fits = {}

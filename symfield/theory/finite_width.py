@@ -27,6 +27,7 @@ needs the node's self-interaction terms, not this recursion.
 """
 from __future__ import annotations
 
+from symfield.core.errors import Unsupported
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -113,7 +114,7 @@ def _pool_moment(act: Activation, m: int):
         return e.value, e.method
     if act.pool == "max":
         if not is_monotone(phi):
-            raise NotImplementedError(f"finite_width supports max-pools of monotone non-decreasing phi only "
+            raise Unsupported(f"finite_width supports max-pools of monotone non-decreasing phi only "
                                       f"(psi = phi(max_j u_j)); {act.single.name} is not monotone.")
         return max_expect1(phi ** (m // 2), act.k, phi ** (m - m // 2))
     # avg-pool: moments of the mean of k i.i.d. phi(u_j) from the raw moments m1..m4 of phi
@@ -219,7 +220,7 @@ def finite_width(act: str | Activation, sigma_w2: float, sigma_b2: float, depth:
     layers = np.arange(1, depth + 1)
     if exact:
         if not co.closed_form:
-            raise NotImplementedError(f"finite_width(exact=True) needs closed-form coefficients; {act.name} has "
+            raise Unsupported(f"finite_width(exact=True) needs closed-form coefficients; {act.name} has "
                                       f"Gaussian integrals without a closed form. Use dps= or the float64 default.")
         sw, sb, q0e = (_exact(v) for v in (sigma_w2, sigma_b2, q0))
         K = [sw * q0e + sb]

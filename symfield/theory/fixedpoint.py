@@ -29,6 +29,7 @@ next to x0), on the same map formulas as float64 (:func:`_c_residual`, :func:`_n
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidValue, PrecisionError, Unsupported
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -94,7 +95,7 @@ def dpsi2_at_fixed_point(K, qs, dps=None):
     if inf.any():
         LK = K if _degree_one(K) else limit_kernel(K)
         if LK is None:
-            raise ValueError(f"{K.act.name}: q* is infinite and phi does not grow linearly, so E[psi'^2](q) "
+            raise InvalidValue(f"{K.act.name}: q* is infinite and phi does not grow linearly, so E[psi'^2](q) "
                              "has no finite limit as q -> inf and chi1 at q* is undefined; pass q=...")
         out[inf] = evaluate(LK.dpsi2, (Q,), (1.0,), LK.kinks, dps)
     return out if out.ndim else out[()]
@@ -332,7 +333,7 @@ class _Mp:
         root = mpmath.findroot(f, (lo, hi), solver="anderson", tol=mpmath.mpf(10) ** (-2 * dps))
         resid = abs(f(root))
         if resid > mpmath.mpf(10) ** (-dps) * max(1, abs(root)):
-            raise ArithmeticError(f"{what}: residual {mpmath.nstr(resid, 3)} exceeds the required "
+            raise PrecisionError(f"{what}: residual {mpmath.nstr(resid, 3)} exceeds the required "
                                   f"{mpmath.nstr(mpmath.mpf(10) ** -dps, 3)} (dps={dps})")
         return root
 
@@ -348,7 +349,7 @@ class _Mp:
         x0 = mpmath.mpf(x0)
         root = self.root(f, x0, x0 * (1 + mpmath.mpf(10) ** -9), what)
         if abs(root - x0) > tol:
-            raise ArithmeticError(left(root))
+            raise PrecisionError(left(root))
         return root
 
     def run(self, algorithm, *inputs):
@@ -620,8 +621,8 @@ def eoc_point(K, sigma_b2, dps=None):
     sw, qs = N.run(_eoc_points, [sb])
     if math.isnan(sw[0]):
         if qs[0] == 0:
-            raise ArithmeticError(f"eoc: h(q) <= 0 at q = {Q_MIN:g}; no bracket for the edge of chaos of {K.act.name}.")
-        raise ValueError(f"{K.act.name} has no edge of chaos at sigma_b2 = {N.show(sb)} (q* beyond {Q_MAX:g}).")
+            raise PrecisionError(f"eoc: h(q) <= 0 at q = {Q_MIN:g}; no bracket for the edge of chaos of {K.act.name}.")
+        raise InvalidValue(f"{K.act.name} has no edge of chaos at sigma_b2 = {N.show(sb)} (q* beyond {Q_MAX:g}).")
     return (float(sw[0]), float(qs[0])) if dps is None else (sw[0], qs[0])
 
 
@@ -630,7 +631,7 @@ def _refuse_jumps(K):
     chi1 = sigma_w2 E[psi'^2] is infinite for every sigma_w2 > 0 and there is no edge of chaos."""
     import sympy as sp
     if K.dpsi2 == sp.oo:
-        raise ValueError(f"{K.act.name} jumps, so E[psi'^2] is infinite: chi1 = sigma_w2 E[psi'^2] is infinite "
+        raise InvalidValue(f"{K.act.name} jumps, so E[psi'^2] is infinite: chi1 = sigma_w2 E[psi'^2] is infinite "
                          f"for every sigma_w2 > 0 (every network with sigma_w2 > 0 is chaotic); there is no edge of chaos.")
 
 
@@ -651,7 +652,7 @@ def _eoc_homogeneous(K, sb, dps):
         exact = sp.simplify(K.dpsi2.subs(Q, 1))
         d = float(exact)
     if not d > 0:
-        raise ValueError(f"{name} has E[psi'^2] = 0: chi1 = 0 for every sigma_w2, so there is no edge of chaos.")
+        raise InvalidValue(f"{name} has E[psi'^2] = 0: chi1 = 0 for every sigma_w2, so there is no edge of chaos.")
     if dps is None:
         sw = 1 / d if exact is None else float(1 / exact)
     elif exact is None:
@@ -688,7 +689,7 @@ def _eoc_at_zero(K, dps):
     if not K.dpsi2.has(sp.Integral):   # exact limit of the closed form
         d0 = sp.limit(K.dpsi2, Q, 0, "+")
         if not d0.is_positive:
-            raise ValueError(f"{K.act.name} has E[psi'^2] -> 0 as q -> 0: no edge of chaos at sigma_b2 = 0.")
+            raise InvalidValue(f"{K.act.name} has E[psi'^2] -> 0 as q -> 0: no edge of chaos at sigma_b2 = 0.")
         if dps is None:
             return float(1 / d0), 0.0
         with mpmath.workdps(dps):
@@ -697,7 +698,7 @@ def _eoc_at_zero(K, dps):
     tiny = 1e-40 if dps is None else mpmath.mpf(10) ** (-2 * dps - 10)
     d0 = evaluate(K.dpsi2, (Q,), (tiny,), K.kinks, dps)
     if not d0 > 0:
-        raise ValueError(f"{K.act.name} has E[psi'^2] -> 0 as q -> 0: no edge of chaos at sigma_b2 = 0.")
+        raise InvalidValue(f"{K.act.name} has E[psi'^2] -> 0 as q -> 0: no edge of chaos at sigma_b2 = 0.")
     return (1 / float(d0), 0.0) if dps is None else (1 / d0, mpmath.mpf(0))
 
 
@@ -856,7 +857,7 @@ def eoc_depth(act: str | Activation, sigma_b2: float, depth: int, q0: float = 1.
     f, _ = _log_chi_product(K, grid, sb, L, q0)
     cross = np.nonzero((f[:-1] < 0) & (f[1:] >= 0))[0]
     if not cross.size:
-        raise ValueError(f"eoc_depth: {K.act.name} at sigma_b2 = {sb:g}, depth {L}: the product of chi1 over the "
+        raise InvalidValue(f"eoc_depth: {K.act.name} at sigma_b2 = {sb:g}, depth {L}: the product of chi1 over the "
                          f"layers does not cross 1 for sigma_w2 in (1e-3, 1e3) (it runs from {math.exp(f[0]):.3g} "
                          f"to {math.exp(min(f[-1], 700)):.3g}).")
     k = cross[0]
@@ -1060,7 +1061,7 @@ def _c_star_refined(N, sw, sb, c0, q0):
         if c0 == float(c1):
             return +c1
         if not 0 < q0 < math.inf:
-            raise NotImplementedError("c_star(dps=...) with q* = 0 or inf (a limit map) is float64 only.")
+            raise Unsupported("c_star(dps=...) with q* = 0 or inf (a limit map) is float64 only.")
         qs = N.run(_q_star_points, [sw], [sb])[0]
         root = N.refine(lambda c: _c_residual(N, qs, swm, sbm, c), c0, 1e-9, "c_star",
                         lambda r: f"c_star: the mpmath root {mpmath.nstr(r, 12)} left the float64 "
@@ -1266,7 +1267,7 @@ def _neutrality_refined(N, sb, q0):
             if done:
                 break
         if abs(x - q0) > 1e-8 * mpmath.mpf(q0) or abs(h) > mpmath.mpf(10) ** -N.dps * max(1, abs(x)):
-            raise ArithmeticError(f"neutrality: the mpmath root from q = {q0!r} did not converge (residual "
+            raise PrecisionError(f"neutrality: the mpmath root from q = {q0!r} did not converge (residual "
                                   f"{mpmath.nstr(abs(h), 3)}, at dps={N.dps}); cannot certify sigma_w2")
     with mpmath.workdps(N.dps):
         return +sw
@@ -1307,7 +1308,7 @@ def neutrality(act: str | Activation, sigma_b2: ArrayLike, dps: int | None = Non
     sw, qs = neutrality_line(K, sb.ravel(), wmax)
     if np.isnan(sw).any():
         bad = sb.ravel()[np.isnan(sw)]
-        raise ValueError(f"{K.act.name} has no neutrality line at sigma_b2 = {', '.join(f'{v:g}' for v in bad[:5])}"
+        raise InvalidValue(f"{K.act.name} has no neutrality line at sigma_b2 = {', '.join(f'{v:g}' for v in bad[:5])}"
                          f"{' ...' if bad.size > 5 else ''} for sigma_w2 <= {wmax:g}: c* stays above 1/2 "
                          f"(prejudiced) there, or 1/2 is not the fixed point reached from c^(1).")
     if dps is None:

@@ -8,6 +8,7 @@ Binary output: G0 = Phi(sqrt(gamma) Z), Z ~ N(0,1), Phi the standard normal CDF.
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidValue
 import numpy as np
 from scipy import special
 
@@ -72,7 +73,7 @@ def g0_pdf(g, gamma):
     g = validate.real("g0_pdf", "g", g, lo=0, hi=1)
     gamma = _gamma("g0_pdf", gamma)
     if np.any(gamma == 0):
-        raise ValueError("The 'gamma' parameter of g0_pdf must be a finite float > 0. Got 0.0 instead "
+        raise InvalidValue("The 'gamma' parameter of g0_pdf must be a finite float > 0. Got 0.0 instead "
                          "(gamma = 0 makes G0 a point mass at 1/2, which has no density).")
     k = 1 - 1 / gamma
     t = special.ndtri(g)

@@ -27,6 +27,7 @@ for free multiplicative convolutions (:func:`free_atoms`).
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidValue, PrecisionError
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -129,7 +130,7 @@ def dphi2_expectation(act: Activation, k: int):
     else the defining Gaussian integral)."""
     d1 = sp.diff(act.expr, x)
     if d1.has(sp.DiracDelta):
-        raise ValueError(f"The 'act' parameter of {_F} must be an activation without jumps (phi' has a point "
+        raise InvalidValue(f"The 'act' parameter of {_F} must be an activation without jumps (phi' has a point "
                          f"mass, E[phi'^2] = oo). Got {act.name!r} instead.")
     return G.expect1(d1 ** k, d1 ** k).value
 
@@ -247,7 +248,7 @@ def _expect(a, k, q):
     tiny = fin & (q < lead.q_lim) if lead is not None else np.zeros(q.shape, bool)
     reg = fin & ~tiny
     if np.any(q[reg] <= 0):
-        raise ArithmeticError(f"the variance q underflowed to 0, and the q -> 0 limit of {_what(k)} for {a.name} "
+        raise PrecisionError(f"the variance q underflowed to 0, and the q -> 0 limit of {_what(k)} for {a.name} "
                               f"is not available: {why}")
     if reg.any():
         out[reg] = _regular(a, k, q[reg])
@@ -282,7 +283,7 @@ def layer_variances(act, sigma_w2, sigma_b2, depth, q0=1.0, dps=None):
         try:
             q = q_map(a, q, sigma_w2, sigma_b2, dps=dps) if dps is not None else sigma_w2 * _expect(a, 0, q) + sigma_b2
         except (ArithmeticError, ValueError) as exc:
-            raise ArithmeticError(f"the variance map failed at layer {layer}{_at(q)}: "
+            raise PrecisionError(f"the variance map failed at layer {layer}{_at(q)}: "
                                   f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from exc
     return out
 
@@ -804,7 +805,7 @@ def jacobian_spectrum(act: str | Activation, sigma_w2: float, sigma_b2: float, d
             with np.errstate(over="ignore", invalid="ignore"):
                 m = [float(m1 ** k * v) for k, v in enumerate(mu, 1)]
     except ArithmeticError as exc:
-        raise ArithmeticError(f"{_F}({a.name}, sigma_w2={float(sigma_w2):g}, sigma_b2={float(sigma_b2):g}, "
+        raise PrecisionError(f"{_F}({a.name}, sigma_w2={float(sigma_w2):g}, sigma_b2={float(sigma_b2):g}, "
                               f"depth={depth}, q0={float(q0):g}): {_first_line(exc)}") from exc
     mf = [float(v) for v in m]
     with np.errstate(over="ignore", invalid="ignore"):

@@ -9,6 +9,7 @@ numbers (element-wise, numpy object arrays for array input) correct to N digits.
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidType, InvalidValue, Unsupported
 import math
 from typing import Any, Literal
 
@@ -335,7 +336,7 @@ def q_growth(act: str | Activation, sigma_w2: ArrayLike, dps: int | None = None)
     sw = _num("q_growth", "sigma_w2", sigma_w2, dps, lo=0)
     h = homogeneous(K.act.expr)
     if h is None or h[0] != 1:
-        raise NotImplementedError(f"q_growth needs a positively homogeneous activation (psi(t u) = t psi(u), t > 0, "
+        raise Unsupported(f"q_growth needs a positively homogeneous activation (psi(t u) = t psi(u), t > 0, "
                                   f"so that V(q) = V(1) q); {K.act.name} is not. Use chi1 or q_map instead.")
     return _combine(sw, 0, evaluate(K.V, (Q,), (1.0,), K.kinks, dps), dps)
 
@@ -367,10 +368,10 @@ def map_value(act: str | Activation, name: Literal["V", "C", "mean", "dpsi2", "d
     """
     K = kernel(act)
     if name not in MAPS:
-        raise ValueError(f"The 'name' parameter of map_value must be one of {MAPS}. Got {name!r} instead.")
+        raise InvalidValue(f"The 'name' parameter of map_value must be one of {MAPS}. Got {name!r} instead.")
     dps = check.dps("map_value", dps)
     two = name in ("C", "dC")
     if len(args) != (3 if two else 1):
-        raise TypeError(f"map_value('{name}') takes {'(q1, q2, q12)' if two else '(q)'}; got {len(args)} values.")
+        raise InvalidType(f"map_value('{name}') takes {'(q1, q2, q12)' if two else '(q)'}; got {len(args)} values.")
     vals = _pair("map_value", *args, dps, K[name]) if two else (_num("map_value", "q", args[0], dps, lo=0, lo_open=True),)
     return evaluate(K[name], (Q1, Q2, Q12) if two else (Q,), vals, K.kinks, dps)

@@ -20,6 +20,7 @@ One recursion (``codegen.STEP_SOURCE``, grid kernel ``codegen.GRID_SOURCE``), th
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidValue
 import math
 import time
 import warnings
@@ -163,7 +164,7 @@ def _validate(sigma_w2, sigma_b2, depth, q0, qab0, layers, residual, qbb0, metho
     try:
         shape = np.broadcast_shapes(sw.shape, sb.shape)
     except ValueError:
-        raise ValueError(f"The 'sigma_b2' parameter of {_F} must broadcast with sigma_w2 (shape {sw.shape}). "
+        raise InvalidValue(f"The 'sigma_b2' parameter of {_F} must broadcast with sigma_w2 (shape {sw.shape}). "
                          f"Got shape {sb.shape} instead.") from None
     qa0 = _scalar("q0", q0, lo=0, lo_open=True)
     qb0 = qa0 if qbb0 is None else _scalar("qbb0", qbb0, lo=0, lo_open=True)

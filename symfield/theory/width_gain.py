@@ -12,6 +12,7 @@ contribution to the metric of its later increments makes K1 > 0 even for ReLU (d
 """
 from __future__ import annotations
 
+from symfield.core.errors import InvalidValue, PrecisionError
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -139,7 +140,7 @@ def width_gain(act: str | Activation, sigma_w2: float, sigma_b2: float, width: i
     else:
         g = gram_fluctuations(act, sw, sb, depth, q0=(q0, q0, 0.0), residual=residual)
         if g.status[-1]:
-            raise ArithmeticError(f"width_gain: the residual theory flagged layer {depth} (status {g.status[-1]})")
+            raise PrecisionError(f"width_gain: the residual theory flagged layer {depth} (status {g.status[-1]})")
         K, K1, alpha = g.K[:, 0], float(g.K1[-1, 0]), g.params["residual"]
         V = float(g.gram_cov[-1, 0, 0]) - 2 * float(K[-1]) ** 2      # n Var(Ghat) minus its Wishart part
     if not float(np.min(K)) ** 2 >= np.finfo(float).tiny:     # the 1/n terms are of order K^2
@@ -153,7 +154,7 @@ def width_gain(act: str | Activation, sigma_w2: float, sigma_b2: float, width: i
     dK = _sensitivity(act, sw, K, q0, alpha)[-1]
     new = sw - K1 / (n * dK) if K1 else sw
     if not (math.isfinite(new) and new > 0):
-        raise ValueError(f"width_gain: no positive correction at width={n}, depth={depth} "
+        raise InvalidValue(f"width_gain: no positive correction at width={n}, depth={depth} "
                          f"(K1={K1:.6g}, dK/dsigma_w2={dK:.6g}); the 1/n expansion does not hold there.")
     return WidthGain(new, sw, n, depth, float(K[-1]), K1, float(dK),
                      dict(act=act.name, sigma_w2=sw, sigma_b2=sb, width=n, depth=depth, q0=q0, residual=alpha), eps)

@@ -60,7 +60,8 @@ def test_no_neutrality_decision_matches_scan():
     from symfield.symbolic.kernel import kernel
     from symfield.theory import fixedpoint as fp
     K = kernel(sf.activation("relu", pool="max", k=2))
-    N = fp._Float64(K)
+    from symfield.numeric.maps import maps
+    N = maps(K)
     assert fp._no_neutrality(K, N)
     q = np.geomspace(0.011, 1e6, 40)
     for sb in (0.01, 0.2):
@@ -68,7 +69,7 @@ def test_no_neutrality_decision_matches_scan():
     sw, qs = fp.neutrality_line(K, np.array([0.05, 0.2]))
     assert np.isnan(sw).all() and np.isnan(qs).all()
     Kt = kernel("tanh")
-    assert not fp._no_neutrality(Kt, fp._Float64(Kt))
+    assert not fp._no_neutrality(Kt, maps(Kt))
 
 
 @pytest.mark.slow

@@ -137,12 +137,12 @@ def test_load_path_refuses_a_module_it_cannot_rewrite(tmp_path, monkeypatch):
 
 def test_tampered_table_module_is_not_executed(tmp_path, monkeypatch):
     monkeypatch.setenv("SYMFIELD_CACHE", str(tmp_path))
-    path = codegen.write_source("tables", codegen.table_module_source(tables.MAPS_SOURCE))
+    path = codegen.write_source("tables", codegen.table_module_source())
     good = path.read_bytes()
     path.write_bytes(good + b"\nprint('TAMPERED')\nraise SystemExit(7)\n")
     r = run("""
-        from symfield.numeric import tables
-        m = tables.load_module()
+        from symfield.numeric import codegen
+        m = codegen.table_module()
         print(callable(m.recurse) and callable(m.C_many))
     """)
     assert r.returncode == 0, r.stderr
@@ -271,9 +271,10 @@ def test_intact_1d_tables_are_used_without_warning(tmp_path, monkeypatch, tanh_1
 # ----------------------------------------------------------------------------- 2-D tables (tanh, q in [0.5, 2])
 TANH_C = """
     from symfield.numeric import tables
-    tables.MP_CHECKS = 0           # the build's own mpmath spot checks: the test compares with mpmath below
+    from symfield.numeric.kernels import table_maps
+    tables.build.MP_CHECKS = 0           # the build's own mpmath spot checks: the test compares with mpmath below
     T = tables.table("tanh", 0.9, 1.0)
-    print(repr(tables.C_scalar(T.arrays(), 1.0, 1.0, 0.5)), sorted(T.panels) == [8, 9])
+    print(repr(table_maps.C(T.arrays(), 1.0, 1.0, 0.5)), sorted(T.panels) == [8, 9])
 """
 
 
@@ -360,7 +361,7 @@ def test_damaged_tables_are_rebuilt(tmp_path, monkeypatch, tanh_table_cache, tan
     c, panels = r.stdout.split()
     assert panels == "True" and abs(float(c) - tanh_C_oracle) <= TOL["table_float64"], (c, tanh_C_oracle)
     one_warning_per_file(r, files, why)
-    assert tables._read(files[0], kernel("tanh")) is not None      # the rebuilt file passes every check
+    assert tables.read(files[0], kernel("tanh"), tables.Table) is not None      # the rebuilt file passes every check
 
 
 @pytest.mark.slow
@@ -371,9 +372,10 @@ def test_relu_max2_table_with_zero_cells_is_rebuilt(tmp_path, monkeypatch):
     code = """
         import symfield as sf
         from symfield.numeric import tables
+        from symfield.numeric.kernels import table_maps
         T = tables.table(sf.activation("relu", pool="max", k=2))
         r = sf.propagate(sf.activation("relu", pool="max", k=2), 2.0, 0.0, 2, q0=1.0, qab0=0.0)
-        print(repr(tables.C_scalar(T.arrays(), 1.0, 1.0, 0.0)), repr(float(r.qab[-1])), int(r.status))
+        print(repr(table_maps.C(T.arrays(), 1.0, 1.0, 0.0)), repr(float(r.qab[-1])), int(r.status))
     """
     assert run(code).returncode == 0
     path = next((tmp_path / "codegen" / "tables").glob("sf_table_relu_max2_*.npz"))

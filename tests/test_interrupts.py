@@ -20,7 +20,8 @@ import pytest
 import symfield as sf
 from symfield.numeric import codegen
 
-P = sys.modules["symfield.theory.propagate"]   # the module (sf.propagate is the function)
+from symfield.numeric import grid as P       # the grid runners (chunking of compiled calls)
+from symfield.numeric.kernels import layout
 
 
 def _run(monkeypatch, sizes, act, sw, sb, depth, **kw):
@@ -74,7 +75,7 @@ def test_relu_status_codes_are_what_one_call_gives(monkeypatch):
     k = int(r.last_finite[1])                   # the overflowing point's last finite layer
     assert np.isfinite(r.q[k - 1, 1]) and not np.isfinite(r.q[k, 1]) and np.isnan(r.q[k + 1:, 1]).all()
     j = int(r.last_finite[0])                   # d subnormal/0 from layer j + 1 on, q goes on
-    assert r.d[j - 1, 0] >= codegen.TINY > r.d[j, 0] and np.isfinite(r.q[:, 0]).all()
+    assert r.d[j - 1, 0] >= layout.TINY > r.d[j, 0] and np.isfinite(r.q[:, 0]).all()
 
 
 def test_tanh_table_chunked_equals_one_call(monkeypatch):
@@ -119,10 +120,10 @@ def test_first_chunk_is_small_and_later_ones_follow_the_clock(monkeypatch):
         stops.append(stop)
         now[0] += (stop - lo + 1) * n * 2.0 ** -20
         act = cs > 0
-        status[act] = P.PAUSED if stop < depth else P.OK
+        status[act] = layout.PAUSED if stop < depth else layout.OK
         cs[act] = stop + 1
     monkeypatch.setattr(P, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: now[0])}))
-    out, status, last = P._outputs(1, n, False, depth)
+    out, status, last = P.outputs(1, n, False, depth)
     start, st = np.ones(n, dtype=np.int64), [np.zeros(n) for _ in range(4)]
     P._recurse(kernel, (np.ones(n), np.zeros(n), 1.0, 1.0, 0.0, 2.0), depth, np.array([1]), (0.0, False, False, None),
                start, st, out, status, last)
@@ -130,7 +131,7 @@ def test_first_chunk_is_small_and_later_ones_follow_the_clock(monkeypatch):
     assert P.CHUNK_WORK <= 5e4 and sizes[0] == int(P.CHUNK_WORK / n)       # ~0.02-0.05 s of work
     steady = int(P.CHUNK_SECONDS / (n * 2.0 ** -20))
     assert sizes[1] == min(8 * sizes[0], steady) and sizes[2] == min(64 * sizes[0], steady)
-    assert (sizes[3:-1] == steady).all() and stops[-1] == depth and (status == P.OK).all()
+    assert (sizes[3:-1] == steady).all() and stops[-1] == depth and (status == layout.OK).all()
 
 
 CHILD = """

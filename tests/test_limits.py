@@ -66,9 +66,10 @@ def test_homogeneous_table_serves_every_q():
     """relu+max2 is homogeneous (C(q, q, cq) = q C(1, 1, c)): its table answers at q = 1e6, 1e10 too (it used to
     hand q >= 2^16 to the quadrature). Oracle: the float64 argmax decomposition at q = 1, times q."""
     from symfield.reports.bench_cold import max2_C
-    M = fp.float_maps(kernel(sf.activation("relu", pool="max", k=2)))
+    from symfield.numeric.maps import maps
+    M = maps(kernel(sf.activation("relu", pool="max", k=2)), method="table")
     q, c = np.array([1e6, 1e10]), np.array([0.3, -0.5])
-    got = M.C(q, c)
+    got = M.C_eq(q, c)
     for i in range(2):
         ref = q[i] * max2_C(lambda t: np.maximum(t, 0.0), 1.0, 1.0, c[i])
         assert abs(got[i] - ref) <= 1e-12 * q[i]

@@ -54,8 +54,9 @@ def test_erf_dps30_matches_closed_form_root(sb):
 def test_refinement_takes_few_full_precision_steps(monkeypatch):
     """The mp maps are evaluated a handful of times (secant from the float64 root), not ~30 (bracketing)."""
     calls = []
-    real = fp._Mp.C
-    monkeypatch.setattr(fp._Mp, "C", lambda self, q, c: calls.append(1) or real(self, q, c))
+    from symfield.numeric.maps import MpMaps
+    real = MpMaps.C_eq
+    monkeypatch.setattr(MpMaps, "C_eq", lambda self, q, c: calls.append(1) or real(self, q, c))
     got = sf.neutrality("erf", 0.3, dps=40)
     assert 2 <= len(calls) <= 4, len(calls)
     q0 = float(sf.q_star("erf", float(got), 0.3))

@@ -23,7 +23,8 @@ import pytest
 import sympy as sp
 
 import symfield as sf
-from symfield.numeric import codegen
+from symfield.numeric import codegen, grid
+from symfield.numeric.maps import maps
 from symfield.symbolic.distance import distance
 from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
 
@@ -282,7 +283,6 @@ def _numpy_relu_loop(sw, sb):
 
 def test_numpy_path_equals_generated_path():
     """The same recursion text run by both number systems (fallback forced on a closed form)."""
-    P = sys.modules["symfield.theory.propagate"]  # the module (sf.propagate is the function)
     K = sf.kernel("relu")
     sw = np.array([0.5, 2.0, 50.0])
     sb = np.array([0.1, 0.0, 0.2])
@@ -293,8 +293,8 @@ def test_numpy_path_equals_generated_path():
                                                    (True, 3.0, 0.0, False, [0, 0, 1]),
                                                    (True, 3.0, 0.25, True, [0, 0, 0])]:
         args = (sw, sb, 1.0, qb0, 0.5, 1.0 + qb0 - 1.0, 300, store, alpha2, residual, general)
-        (rows_a, status_a, last_a) = P._run_numba(codegen.load(K), *args)
-        (rows_b, status_b, last_b) = P._run_numpy(K, *args)
+        (rows_a, status_a, last_a) = grid.run_compiled(codegen.load(K), *args)
+        (rows_b, status_b, last_b) = grid.run_numpy(maps(K, method="quadrature"), *args)
         np.testing.assert_array_equal(status_a, status_b)
         np.testing.assert_array_equal(last_a, last_b)
         assert status_a.tolist() == expect

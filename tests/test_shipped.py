@@ -61,7 +61,7 @@ def test_shipped_table_is_loaded_and_agrees_with_mpmath(spec, tmp_path, monkeypa
     from oracles import mp_expect1
     monkeypatch.setenv("SYMFIELD_CACHE", str(tmp_path))
     K = kernel_of(spec)
-    T = tables._read(shipped.lookup("tables", tables.ship_name(K)), K, is_shipped=True)
+    T = tables.read(shipped.lookup("tables", tables.ship_name(K)), K, tables.Table, is_shipped=True)
     assert T is not None and "shipped" in T.info
     phi = {"tanh": mp.tanh, "gelu": lambda t: t * mp.ncdf(t)}[spec]
     rng = np.random.default_rng(7)

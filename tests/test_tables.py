@@ -149,10 +149,10 @@ def test_non_monotone_max_pool_not_tabulated():
 
 def test_inaccurate_table_is_refused(monkeypatch, tmp_path):
     """A table missing the acceptance level is not used: propagate says so and runs quadrature."""
-    monkeypatch.setattr(tables, "path_of", lambda K: tmp_path / f"t_{tables._key(K)}.npz")
+    monkeypatch.setattr(tables.store, "path_of", lambda K: tmp_path / f"t_{tables.key(K)}.npz")
     monkeypatch.setattr(tables, "_TABLES", {})
-    monkeypatch.setattr(tables, "ACCEPT", 1e-30)
-    monkeypatch.setattr(tables, "MP_CHECKS", 0)
+    monkeypatch.setattr(tables.build, "ACCEPT", 1e-30)
+    monkeypatch.setattr(tables.build, "MP_CHECKS", 0)
     r = sf.propagate("softplus", [1.0], [0.1], 3, method="table")
     assert r.method == "numpy-quadrature" and "held-out" in r.params["table_refused"]
     assert not list(tmp_path.glob("*.npz"))
@@ -225,10 +225,10 @@ def test_relu_max2_general_norms_and_status():
 
 def test_extension_cap_and_quadrature_fallback(monkeypatch, tmp_path):
     """Points leaving the table extend it; beyond the cap they finish on the quadrature path."""
-    monkeypatch.setattr(tables, "path_of", lambda K: tmp_path / "tables" / f"t_{tables._key(K)}.npz")
+    monkeypatch.setattr(tables.store, "path_of", lambda K: tmp_path / "tables" / f"t_{tables.key(K)}.npz")
     monkeypatch.setattr(tables, "_TABLES", {})
-    monkeypatch.setattr(tables, "Q_CAP_EXP", 3)        # q <= 8
-    monkeypatch.setattr(tables, "MP_CHECKS", 0)
+    monkeypatch.setattr(tables.geometry, "Q_CAP_EXP", 3)        # q <= 8
+    monkeypatch.setattr(tables.build, "MP_CHECKS", 0)
     sw = np.array([0.5, 6.0])                           # softplus: q stays small / grows past 8
     a = sf.propagate("softplus", sw, 0.1, 5, method="table")
     assert a.method == "numba-table+numpy-quadrature" and a.params["points_on_quadrature"] == 1
@@ -241,9 +241,9 @@ def test_extension_cap_and_quadrature_fallback(monkeypatch, tmp_path):
 
 def test_save_and_reload_roundtrip(erf_table):
     T = erf_table
-    back = tables._read(tables.path_of(T.K), T.K)
+    back = tables.read(tables.store.path_of(T.K), T.K, tables.Table)
     assert back is not None and sorted(back.panels) == sorted(T.panels)
-    np.testing.assert_array_equal(tables._pack(back), tables._pack(T))
+    np.testing.assert_array_equal(tables.pack(back), tables.pack(T))
 
 
 def test_codegen_refuses_unsupported_function():

@@ -25,6 +25,7 @@ from scipy.special import ndtr
 
 import symfield as sf
 from symfield.numeric import tables
+from symfield.numeric.kernels import table_maps
 from symfield.numeric.quadrature import bvn_cdf
 
 QS = (0.05, 0.4, 3.0)
@@ -90,7 +91,7 @@ def test_smooth_table_D_small_distance_against_taylor_oracle(smooth):
             worst = max(worst, err)
             assert err <= TOL_D, (name, q, s2, got, ref)
             # the no-numba twin agrees to rounding
-            assert abs(tables.D_scalar(T.arrays(), q, q, q * (1 - 2 * s2), 4 * q * s2) - got) <= 1e-15 * got
+            assert abs(table_maps.D(T.arrays(), q, q, q * (1 - 2 * s2), 4 * q * s2) - got) <= 1e-15 * got
     print(f"\n{name}: D small-d max rel err {worst:.1e}, certified D <= {T.error['D']:.1e}")
     assert T.error["D"] <= 1e-13
 
@@ -240,9 +241,9 @@ def test_no_distance_rule_is_detected():
 
 def test_fallback_path(monkeypatch, tmp_path):
     """With no distance rule (forced here on tanh) D is V + V - 2C (compiled and scalar), flagged inf."""
-    monkeypatch.setattr(tables, "path_of", lambda K: tmp_path / f"t_{tables._key(K)}.npz")
+    monkeypatch.setattr(tables.store, "path_of", lambda K: tmp_path / f"t_{tables.key(K)}.npz")
     monkeypatch.setattr(tables, "_TABLES", {})
-    monkeypatch.setattr(tables, "MP_CHECKS", 0)
+    monkeypatch.setattr(tables.build, "MP_CHECKS", 0)
 
     def no_rule(self, ev):
         ev.R, self.info["D"] = None, tables.D_DIFF
@@ -252,16 +253,16 @@ def test_fallback_path(monkeypatch, tmp_path):
     q, q12 = 0.35, 0.2
     ref = 2 * T.V(q) - 2 * T.C(q, q, q12)
     assert T.D(q, q, q12, 2 * (q - q12)) == pytest.approx(ref, rel=1e-14)
-    assert tables.D_scalar(T.arrays(), q, q, q12, 2 * (q - q12)) == pytest.approx(ref, rel=1e-14)
+    assert table_maps.D(T.arrays(), q, q, q12, 2 * (q - q12)) == pytest.approx(ref, rel=1e-14)
 
 
 @pytest.mark.slow
 def test_fallback_is_flagged(monkeypatch, tmp_path):
     """A kernel without a cancellation-free node rule (elu: kinked, quadrature nodes) says so: D is
     V + V - 2C and its bound is inf, never a claimed accuracy (~40 s: one elu panel by quadrature)."""
-    monkeypatch.setattr(tables, "path_of", lambda K: tmp_path / f"t_{tables._key(K)}.npz")
+    monkeypatch.setattr(tables.store, "path_of", lambda K: tmp_path / f"t_{tables.key(K)}.npz")
     monkeypatch.setattr(tables, "_TABLES", {})
-    monkeypatch.setattr(tables, "MP_CHECKS", 0)
+    monkeypatch.setattr(tables.build, "MP_CHECKS", 0)
     T = tables.table("elu", 0.3, 0.4)
     assert T.info["D"] == tables.D_DIFF and T.error["D"] == math.inf and "loses digits" in T.describe()
     q, q12 = 0.35, 0.2

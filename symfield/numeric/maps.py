@@ -1,45 +1,57 @@
-"""The maps engine: how one kernel's maps are evaluated, decided in one place (docs/numerics.md section 1).
+"""The maps engine: how one kernel's maps are evaluated is decided here, and only here (docs/numerics.md section 1).
 
-    maps(K, dps=None) -> Maps       V(q), dpsi2(q), mean(q), C(q1, q2, q12), dC(q1, q2, q12), D(q1, q2, q12, d)
+    maps(K, dps=None) -> Maps      .V .dpsi2 .mean .dV (q)   .C .dC (q1, q2, q12)   .D (q1, q2, q12, d)
+                                   .expect(expr, args, values)   .run_grid(...)   .ctx (number context)
 
-Every theory module asks this object for numbers; none of them chooses a path. The number context is
-float64 (``dps=None``: numpy arrays in, arrays out, scalars for scalars) or mpmath at ``dps`` digits
-(element-wise, mpf in, mpf out). The path of each map, in float64:
+Every theory module asks this object for numbers; none chooses a path. In float64 (numpy arrays in, arrays
+out) the path of each map is, in order:
 
-- a closed form: its SymPy expression, lambdified (:mod:`symfield.numeric.evaluate`);
-- an integral 1-D map (V, E[psi'^2]): the certified 1-D table in log q (:mod:`symfield.numeric.table1d`);
-- an integral C: the certified (q, theta) table (:mod:`symfield.numeric.tables`) -- any norms for a
-  positively homogeneous psi, equal norms inside the table's q-range otherwise (grown on demand) --
-  else the error-controlled quadrature;
-- D = E[(psi(u) - psi(v))^2]: the cancellation-free rule of :mod:`symfield.numeric.distance` or the table's
-  distance cells where one exists (``D_exact``), else V + V - 2C (flagged by ``D_exact = False``).
+- a closed form: its SymPy expression, lambdified (grids: printed into generated, compiled code);
+- an integral: a certified table where one is loaded or worth building -- the 1-D table in log q of V and
+  E[psi'^2] (:mod:`.table1d`), the (q, theta) table of C and D (:mod:`.tables`) -- else the
+  error-controlled quadrature (:mod:`.evaluate`). "Worth building" is one ski-rental rule (:class:`_Rental`):
+  build once the quadrature this kernel has spent, plus what the request at hand would spend, exceeds what
+  the build is expected to cost; at most about twice the cost of the better of "always quadrature" and
+  "build at once".
 
-In mpmath every map is the quadrature (or closed form) at dps digits. ``how`` names the path of each map.
+In mpmath (``dps=N``) every map is its closed form or its quadrature at N digits. ``how`` names each path.
 """
 from __future__ import annotations
+
+import math
+import time
+from functools import cached_property
 
 import numpy as np
 import sympy as sp
 
 from symfield.core import caches
-from symfield.numeric import tables
+from symfield.core.errors import NotCertified, NotPrintable, NotTabulable
+from symfield.numeric import codegen, grid, tables
+from symfield.numeric.context import FLOAT64, Mp
 from symfield.numeric.distance import rule as distance_rule
 from symfield.numeric.evaluate import evaluate, evaluator
+from symfield.numeric.kernels import table_maps
 from symfield.numeric.table1d import Table1D
 from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
 from symfield.symbolic.kernel_type import Kernel
 
 ONE_D = ("V", "dpsi2", "mean", "dV")
-TWO_D = ("C", "dC")
-_MAPS = caches.memo()
+TABLE_1D = ("V", "dpsi2")          # 1-D maps that get a table when they are integrals
+METHODS = ("auto", "table", "quadrature")
+PYTHON_POINTS = 2000               # table lookups below this many points run as plain Python (no compilation)
+_MAPS: dict = caches.memo()
 
 
-def maps(K: Kernel, dps: int | None = None) -> "Maps":
-    """The engine object of kernel K in the number context of ``dps`` (memoised per process)."""
-    key = (K, dps)
+def maps(K: Kernel, dps: int | None = None, method: str = "auto") -> "Maps | MpMaps":
+    """The engine object of kernel K in the number context of ``dps`` (memoised per process).
+
+    ``method`` (float64): "auto" (the ski rental), "table" (build tables whenever there is one),
+    "quadrature" (no tables: the defining integrals, closed forms as they are)."""
+    key = (K, dps, method if dps is None else "auto")
     m = _MAPS.get(key)
     if m is None:
-        m = _MAPS[key] = Maps(K) if dps is None else MpMaps(K, dps)
+        m = _MAPS[key] = Maps(K, method) if dps is None else MpMaps(K, dps)
     return m
 
 
@@ -49,111 +61,267 @@ def shipped_1d_name(K: Kernel, what: str) -> str:
     return f"{what} of {sp.srepr(K.act.expr)} pool {K.act.pool} k {K.act.k} kinks {tuple(K.kinks)!r}"
 
 
+class _Rental:
+    """The ski rental of one table: quadrature seconds spent so far, and the rule that says when building
+    pays. ``per_eval`` is the measured quadrature cost of one evaluation (a guess until measured)."""
+
+    def __init__(self, per_eval=0.01):
+        self.spent, self.per_eval, self.measured = 0.0, per_eval, False
+
+    def worth(self, n_evals, build_seconds):
+        """Build now: the quadrature spent plus this request's estimate exceeds the build's cost."""
+        return self.spent + n_evals * self.per_eval >= build_seconds
+
+    def timed(self, fn, n, *args):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        dt = time.perf_counter() - t0
+        self.spent += dt
+        if n:
+            self.per_eval = dt / n if not self.measured else 0.5 * (self.per_eval + dt / n)
+            self.measured = True
+        return out
+
+
 class Maps:
     """float64 maps of one kernel, vectorised over numpy arrays (see the module docstring)."""
     dps = None
+    ctx = FLOAT64
 
-    def __init__(self, K: Kernel):
-        self.K = K
+    def __init__(self, K: Kernel, method: str = "auto"):
+        self.K, self.method = K, method
         self.how: dict = {}
-        self._one = {}
-        for name in ONE_D:
-            expr = K[name]
-            f = evaluator(expr, (Q,), K.kinks)
-            if expr.has(sp.Integral) and name in ("V", "dpsi2"):
-                f = Table1D(f, key=f"{name} {sp.srepr(expr)} kinks {K.kinks!r}", ship=shipped_1d_name(K, name))
-                self.how[name] = "1-D table"
-            else:
-                self.how[name] = "quadrature" if expr.has(sp.Integral) else "closed form"
-            self._one[name] = f
-        self._C = evaluator(K.C, (Q1, Q2, Q12), K.kinks)
-        self._dC = evaluator(K.dC, (Q1, Q2, Q12), K.kinks)
-        self.how["dC"] = "quadrature" if K.dC.has(sp.Integral) else "closed form"
-        self._T = None
-        if K.C.has(sp.Integral):
-            try:
-                self._T = tables.table(K)
-            except (NotImplementedError, tables.TableError):
-                self._T = None
-        self.how["C"] = ("closed form" if not K.C.has(sp.Integral) else
-                         "quadrature" if self._T is None else f"{self._T.kind} table, else quadrature")
-        r = distance_rule(K)
-        self._D = r.fn
-        self.D_exact = r.exact and not K.C.has(sp.Integral)
-        if self._T is not None and self._T.info.get("D") not in (None, tables.D_DIFF):
-            self.D_exact = True
-        self.how["D"] = r.method if self._T is None else f"table ({self._T.info.get('D')}), else {r.method}"
+        self._t1d: dict = {}
+        self._rent1d = {name: _Rental(1e-4) for name in TABLE_1D}
+        self._rent2d = _Rental(0.01)
+
+    # ------------------------------------------------------------------ quadrature / closed forms
+    @cached_property
+    def _direct(self) -> dict:
+        """Each map by its closed form or its defining integral (no table)."""
+        K = self.K
+        out = {name: evaluator(K[name], (Q,), K.kinks) for name in ONE_D}
+        out.update(C=evaluator(K.C, (Q1, Q2, Q12), K.kinks), dC=evaluator(K.dC, (Q1, Q2, Q12), K.kinks))
+        return out
+
+    def expect(self, expr: sp.Expr, args: tuple, values: tuple):
+        """Any other expression of this kernel (Gram moments, Jacobian terms) at ``values`` of ``args``."""
+        return evaluate(expr, args, values, self.K.kinks)
 
     # ------------------------------------------------------------------ one input
+    def _one(self, name, q):
+        q = np.asarray(q, float)
+        if name not in TABLE_1D or not self.K[name].has(sp.Integral) or self.method == "quadrature":
+            self.how.setdefault(name, "quadrature" if self.K[name].has(sp.Integral) else "closed form")
+            return self._direct[name](q)
+        tab = self._table1d(name, q.size)
+        if tab is None:
+            return self._rent1d[name].timed(self._direct[name], q.size, q)
+        return tab(q)
+
+    def _table1d(self, name, n):
+        """The 1-D table of ``name`` when loaded (cache or shipped) or worth building now, else None."""
+        tab = self._t1d.get(name)
+        if tab is None:
+            K = self.K
+            key = f"{name} {sp.srepr(K[name])} kinks {K.kinks!r}"
+            tab = Table1D.cached(self._direct[name], key, shipped_1d_name(K, name))
+            rent = self._rent1d[name]
+            if tab is None and (self.method == "table" or rent.worth(n, Table1D.BUILD_EVALS * rent.per_eval)):
+                tab = Table1D(self._direct[name], key=key, ship=shipped_1d_name(K, name))
+            if tab is None:
+                self.how[name] = "quadrature (1-D table not yet worth building)"
+                return None
+            self._t1d[name] = tab
+            self.how[name] = "1-D table"
+        return tab
+
     def V(self, q):
-        return self._one["V"](np.asarray(q, float))
+        return self._one("V", q)
 
     def dpsi2(self, q):
-        return self._one["dpsi2"](np.asarray(q, float))
+        return self._one("dpsi2", q)
 
     def mean(self, q):
-        return self._one["mean"](np.asarray(q, float))
+        return self._one("mean", q)
 
     def dV(self, q):
-        return self._one["dV"](np.asarray(q, float))
+        return self._one("dV", q)
+
+    def table1d(self, name: str):
+        """The 1-D table of V or dpsi2, loaded or built now (for shipping)."""
+        tab = self._table1d(name, 0)
+        if tab is None:
+            key = f"{name} {sp.srepr(self.K[name])} kinks {self.K.kinks!r}"
+            self._t1d[name] = tab = Table1D(self._direct[name], key=key, ship=shipped_1d_name(self.K, name))
+        return tab
 
     # ------------------------------------------------------------------ two inputs
-    @property
+    @cached_property
     def table(self):
-        """The (q, theta) table of C (symfield.numeric.tables), or None."""
-        return self._T
+        """The (q, theta) table of C and D (:mod:`.tables`, loaded or empty), or None (closed form, not
+        tabulable, or method "quadrature")."""
+        if self.method == "quadrature" or not self.K.C.has(sp.Integral):
+            return None
+        try:
+            return tables.find(self.K)
+        except NotTabulable:
+            return None
 
-    def _covered(self, a, b):
-        """Points the table evaluates: any norms (homogeneous), else equal norms below the table cap."""
-        if self._T is None:
+    @property
+    def fast_C(self) -> bool:
+        """C costs microseconds at every q: a closed form, or a table whose panels build in seconds."""
+        T = self.table
+        return not self.K.C.has(sp.Integral) or (T is not None and T.cheap)
+
+    def _plan(self, a, b, n_evals):
+        """Points (flat arrays a, b = q1, q2) the table evaluates, after building what the ski rental pays for."""
+        T = self.table
+        if T is None:
             return np.zeros(a.shape, bool)
-        if self._T.kind == "homogeneous":
-            return np.isfinite(a) & np.isfinite(b)
-        return (a == b) & (a >= 0) & (a < tables.q_top())
+        could = T.could_cover(a, b)
+        if could.any() and not T.covers(a[could], b[could]).all():
+            lo, hi = float(a[could].min()), float(a[could].max())
+            need = T.panels_needed(lo, hi)
+            if self.method == "table" or self._rent2d.worth(n_evals, need * T.seconds_per_panel):
+                try:
+                    T.extend_to(lo, hi)
+                except NotCertified:
+                    self.table_refused = True
+        return T.covers(a, b) & could if could.any() else could
 
-    def _tabled(self, fn_table, fn_slow, a, b, *rest):
+    def _tabled(self, name, slow, a, b, *rest):
         a, b, *rest = np.broadcast_arrays(np.asarray(a, float), np.asarray(b, float), *(np.asarray(v, float) for v in rest))
         shape = a.shape
         a, b, rest = a.ravel(), b.ravel(), [v.ravel() for v in rest]
         out = np.full(a.shape, np.nan)
-        ok = self._covered(a, b)
+        ok = self._plan(a, b, a.size)
         if ok.any():
-            try:
-                if self._T.kind != "homogeneous":
-                    self._T.ensure(float(a[ok].min()), float(a[ok].max()))
-                mod = tables.load_module()
-                out[ok] = fn_table(mod)(self._T.arrays(), *(np.ascontiguousarray(v[ok]) for v in (a, b, *rest)))
-            except tables.TableError:
-                pass
+            out[ok] = self._lookup(name, a[ok], b[ok], *(v[ok] for v in rest))
         bad = np.isnan(out)
         if bad.any():
-            out[bad] = fn_slow(a[bad], b[bad], *(v[bad] for v in rest))
+            out[bad] = self._rent2d.timed(slow, int(bad.sum()), a[bad], b[bad], *(v[bad] for v in rest))
         return out.reshape(shape)
 
+    def _lookup(self, name, *args):
+        """Table values at flat arrays: compiled when the table module is loaded or the request is large,
+        else the same functions as plain Python (no compilation for a few points)."""
+        M = self.table.arrays()
+        if codegen.table_module_loaded() or args[0].size > PYTHON_POINTS:
+            fn = getattr(codegen.table_module(), f"{name}_many")
+            return fn(M, *(np.ascontiguousarray(v) for v in args))
+        fn = getattr(table_maps, name)
+        return np.array([fn(M, *map(float, vals)) for vals in zip(*args)], dtype=float)
+
     def C(self, q1, q2, q12):
-        if self._T is None:
-            return self._C(*(np.asarray(v, float) for v in (q1, q2, q12)))
-        return self._tabled(lambda mod: mod.C_many, self._C, q1, q2, q12)
+        T = self.table
+        self.how.setdefault("C", "closed form" if T is None and not self.K.C.has(sp.Integral) else
+                            "quadrature" if T is None else f"{T.kind} table (grown by the ski rental), else quadrature")
+        if T is None:
+            return self._direct["C"](*(np.asarray(v, float) for v in (q1, q2, q12)))
+        return self._tabled("C", self._direct["C"], q1, q2, q12)
 
     def dC(self, q1, q2, q12):
-        return self._dC(*(np.asarray(v, float) for v in (q1, q2, q12)))
+        return self._direct["dC"](*(np.asarray(v, float) for v in (q1, q2, q12)))
+
+    def C_eq(self, q, c):
+        """C(q, q, c q): two inputs of equal variance q at correlation c."""
+        q, c = np.broadcast_arrays(np.asarray(q, float), np.asarray(c, float))
+        return self.C(q, q, c * q)
+
+    @cached_property
+    def _distance(self):
+        return distance_rule(self.K)
+
+    @property
+    def D_exact(self) -> bool:
+        """D keeps its relative accuracy as d -> 0 (a cancellation-free rule, or a table with distance cells)."""
+        T = self.table
+        return (self._distance.exact and not self.K.C.has(sp.Integral)) or (T is not None and T.has_distance)
 
     def D(self, q1, q2, q12, d):
-        if self._T is None or self._T.info.get("D") in (None, tables.D_DIFF):
-            return self._D(q1, q2, q12, d)
-        return self._tabled(lambda mod: mod.D_many, self._D, q1, q2, q12, d)
+        T = self.table
+        if T is None or not T.has_distance:
+            return self._distance.fn(q1, q2, q12, d)
+        return self._tabled("D", self._distance.fn, q1, q2, q12, d)
+
+    def cover(self, lo: float, hi: float) -> None:
+        """A caller about to walk q over [lo, hi] with many C evaluations (the q* = 0 descent): a table whose
+        panels build in seconds is grown in one build (one round of its mpmath spot checks). Panel 0
+        (q < 2^E0) is refused for some psi (relative accuracy as q -> 0): then the panels above it."""
+        T = self.table
+        if T is None or not T.cheap or not lo < hi:
+            return
+        for a in T.starts(lo):
+            try:
+                T.extend_to(a, min(hi, T.q_top))
+                return
+            except NotCertified:
+                pass
+
+    # ------------------------------------------------------------------ the recursion over a grid
+    def run_grid(self, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general):
+        """The layer recursion at every grid point on the best path: generated code for closed forms, else the
+        table (grown by the ski rental), else NumPy quadrature. (out, status, last, method, error, info)."""
+        args = (sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general)
+        K, info = self.K, {}
+        if K.closed_form:
+            try:
+                module = codegen.load(K)
+            except NotPrintable:
+                module = None  # closed form outside the printer's table: quadrature path below
+            if module is not None:
+                out, status, last = grid.run_compiled(module, *args)
+                return out, status, last, "numba-generated", {}, dict(distance=self._distance_note())
+        T = self.table
+        work = sw.size * max(depth - 1, 0)
+        if T is not None and not (general and T.kind != "homogeneous"):
+            q1 = sw * qa0 + sb
+            if T.kind == "homogeneous":
+                use = T.panels or self.method == "table" or self._rent2d.worth(work, T.seconds_per_panel)
+            else:
+                use = (T.covers(q1, q1).all() or self.method == "table"
+                       or self._rent2d.worth(work, T.seconds_per_panel * max(1, T.panels_needed(
+                           float(q1.min()), float(min(q1.max(), T.q_top))))))
+            if use:
+                try:
+                    return self._run_table(T, args)
+                except NotCertified as err:   # the first build failed its accuracy checks: say so, quadrature
+                    info = dict(table_refused=str(err))
+        out, status, last = grid.run_numpy(self, *args)
+        return out, status, last, "numpy-quadrature", {}, dict(info, distance=self._distance_note())
+
+    def _run_table(self, T, args):
+        def spill(point_layers, lo, hi):      # quadrature for these points is cheaper than building
+            return self.method != "table" and not self._rent2d.worth(point_layers, T.seconds_per_panel *
+                                                                       max(1, T.panels_needed(lo, min(hi, T.q_top))))
+        out, status, last, n_quad = grid.run_table(self, T, *args, spill=spill)
+        eD = T.error.get("D", math.inf)
+        info = dict(table=T.describe(), table_path=T.info.get("path"), points_on_quadrature=n_quad,
+                    distance=(f"tabulated (relative error <= {eD:.1e})" if math.isfinite(eD) else
+                              "plain difference V + V - 2C of the table; gamma loses digits once 1 - c < ~1e-8"))
+        return out, status, last, "numba-table" + ("+numpy-quadrature" if n_quad else ""), T.error, info
+
+    def _distance_note(self):
+        r = self._distance
+        return r.method + ("" if r.exact else "; gamma loses digits once 1 - c < ~1e-8")
 
 
 class MpMaps:
     """mpmath maps of one kernel at ``dps`` digits, element-wise (the quadrature or closed form at dps)."""
 
     def __init__(self, K: Kernel, dps: int):
-        self.K, self.dps = K, dps
+        self.K, self.dps, self.ctx = K, dps, Mp(dps)
         self.how = {name: ("closed form" if not K[name].has(sp.Integral) else f"quadrature at dps={dps}")
-                    for name in ONE_D + TWO_D}
-        r = distance_rule(K, dps)
-        self._D, self.D_exact = r.fn, True     # mpmath's plain difference works at extra digits
-        self.how["D"] = r.method
+                    for name in ONE_D + ("C", "dC")}
+        self.D_exact = True     # mpmath's plain difference works at extra digits
+
+    @cached_property
+    def _distance(self):
+        return distance_rule(self.K, self.dps)
+
+    def expect(self, expr: sp.Expr, args: tuple, values: tuple):
+        return evaluate(expr, args, values, self.K.kinks, self.dps)
 
     def _one(self, name, q):
         return evaluate(self.K[name], (Q,), (q,), self.K.kinks, self.dps)
@@ -176,6 +344,10 @@ class MpMaps:
     def dC(self, q1, q2, q12):
         return evaluate(self.K.dC, (Q1, Q2, Q12), (q1, q2, q12), self.K.kinks, self.dps)
 
-    def D(self, q1, q2, q12, d):
-        return self._D(q1, q2, q12, d)
+    def C_eq(self, q, c):
+        """C(q, q, c q)."""
+        return self.C(q, q, c * q)
 
+    def D(self, q1, q2, q12, d):
+        self.how.setdefault("D", self._distance.method)
+        return self._distance.fn(q1, q2, q12, d)

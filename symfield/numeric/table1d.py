@@ -36,6 +36,19 @@ FIT = "dct2"    # coefficients by symfield.numeric.chebyshev (part of the cache 
 
 class Table1D:
     """f(q) on (0, inf): Chebyshev panels in log2 q inside [2^P_LO, 2^P_HI], f itself outside."""
+    BUILD_EVALS = 4e4    # evaluations of f a build takes (about (P_HI - P_LO) panels x 31 nodes x refinements)
+
+    @classmethod
+    def cached(cls, f, key, ship=None):
+        """The table of ``key`` (f outside its panels) from the disk cache or the shipped tables, or None
+        (nothing is built)."""
+        self = cls.__new__(cls)
+        self.f, self.ship = f, ship
+        if self._load(_path(key)):
+            return self
+        if ship is not None and self._load(shipped.lookup("tables1d", ship_name(ship)), is_shipped=True):
+            return self
+        return None
 
     def __init__(self, f, key=None, ship=None):
         """``key``: the disk-cache name; ``ship``: the stable name of a shipped table of the same map

@@ -581,8 +581,7 @@ def _slopes(K):
 
 def homogeneous(K) -> bool:
     """psi positively homogeneous of degree one (phi = a min(x,0) + b max(x,0), and its pools)."""
-    h = G.homogeneous(K.act.expr)
-    return bool(h) and h[0] == 1 and not K.V.has(sp.Integral) and not K.dpsi2.has(sp.Integral)
+    return K.degree_one and not K.V.has(sp.Integral) and not K.dpsi2.has(sp.Integral)
 
 
 def _at0(expr):

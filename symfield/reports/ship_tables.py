@@ -20,13 +20,14 @@ import math
 import time
 
 import numpy as np
+import sympy as sp
 
 from symfield.core.files import atomic_write
 from symfield.numeric import shipped, table1d, tables
+from symfield.numeric.maps import maps
 from symfield.reports.bench_cold import C_oracle, dpsi2_mp, V_mp
 from symfield.symbolic.activation import activation
 from symfield.symbolic.kernel import kernel
-from symfield.theory.fixedpoint import float_maps
 
 SHIP = ("tanh", "gelu", "silu", "softplus", "mish", "sigmoid", "elu", "relu+max2", "tanh+max2")
 VALIDATE = 5
@@ -41,9 +42,9 @@ def kernel_of(spec):
 
 
 def build(K, budget):
-    """Build K's tables (panels while the budget lasts); returns the fixedpoint maps holding them."""
+    """Build K's tables (panels while the budget lasts); returns the engine's maps holding them."""
     t0 = time.perf_counter()
-    M = float_maps(K)
+    M = maps(K, method="table")
     T = M.table
     if T is not None and T.kind != "homogeneous":
         for e in range(tables.E0, tables.Q_CAP_EXP + 1):
@@ -84,8 +85,9 @@ def write(spec, K, M, err, seconds):
         tables.save(T, path)
         entries[f"tables/{path.name}"] = dict(kind=T.kind, panels=sorted(T.panels), q_range=list(T.q_range),
                                               cells=sum(len(p.cells) for p in T.panels.values()))
-    for what, tab in (("V", M.V_table), ("dpsi2", M.dpsi2_table)):
-        if isinstance(tab, table1d.Table1D):
+    for what in ("V", "dpsi2"):
+        tab = M.table1d(what) if K[what].has(sp.Integral) else None
+        if tab is not None:
             path = shipped.path("tables1d", table1d.ship_name(tab.ship))
             path.parent.mkdir(parents=True, exist_ok=True)
             tab.save(path)

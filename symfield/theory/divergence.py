@@ -7,24 +7,23 @@ by least squares and report the law with the smaller root-mean-square residual; 
 gamma converges: its last step is below 1e-8 gamma, or its steps shrink geometrically at a
 constant ratio (then gamma* is the geometric extrapolation). gamma = 2 q12/d is computed from the distance d = q_aa + q_bb - 2 q_ab, which has its own map
 (symfield.numeric.distance), so it keeps its digits at any size. Closed-form maps are iterated in mpmath
-(``dps`` digits, default 40; the layer step is ``codegen.STEP_SOURCE`` run by
+(``dps`` digits, default 40; the layer step of :mod:`symfield.numeric.kernels.recursion` run by
 :func:`symfield.numeric.codegen.step_functions`), where gamma never overflows; maps without a closed form
 use the float64 recursion of :func:`symfield.propagate` (layers whose gamma overflowed float64 are left out
 of the fit, and, where the distance map is only the plain difference V + V - 2C, layers with 1 - c < 1e-11).
 """
 from __future__ import annotations
 
-from symfield.core.errors import PrecisionError
 from dataclasses import dataclass
 
 import mpmath
 import numpy as np
 
 from symfield.core import validate as check
+from symfield.core.errors import PrecisionError
 from symfield.numeric import codegen
-from symfield.numeric.distance import rule as distance_rule
-from symfield.numeric.evaluate import evaluate, to_mpf
-from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
+from symfield.numeric.evaluate import to_mpf
+from symfield.numeric.maps import maps
 from symfield.symbolic.activation import Activation
 from symfield.symbolic.kernel import kernel
 from symfield.theory.propagate import propagate
@@ -44,20 +43,11 @@ class Divergence:
 
 
 def _mp_step(K, dps):
-    """codegen.STEP_SOURCE's (first_layer, layer_step) with the closed-form maps V, C and the distance map D
-    in mpmath (each value rounded to dps digits)."""
-    dist = distance_rule(K, dps)
-
-    def V(M, qv):
-        return evaluate(K.V, (Q,), (qv,), K.kinks, dps)
-
-    def C(M, a, b, c):
-        return evaluate(K.C, (Q1, Q2, Q12), (a, b, c), K.kinks, dps)
-
-    def D(M, a, b, c, dv):
-        return dist.fn(a, b, c, dv)
-
-    return codegen.step_functions(V, C, D)
+    """The recursion's (first_layer, layer_step) run with the engine's mpmath maps V, C and D (each value
+    rounded to dps digits)."""
+    M = maps(K, dps)
+    return codegen.step_functions(lambda _, qv: M.V(qv), lambda _, a, b, c: M.C(a, b, c),
+                                  lambda _, a, b, c, dv: M.D(a, b, c, dv))
 
 
 def _gamma_mp(K, sw, sb, depth, dps):
@@ -139,7 +129,7 @@ def divergence(act: str | Activation, sigma_w2: float, sigma_b2: float, depth: i
         with np.errstate(divide="ignore", invalid="ignore"):
             log_gamma = np.log(gamma)
         usable = np.isfinite(gamma)
-        if not distance_rule(K).exact:   # the plain difference V + V - 2C cancels as c -> 1
+        if not maps(K).D_exact:   # the plain difference V + V - 2C cancels as c -> 1
             usable &= np.asarray(r.one_minus_c) > 1e-11
         precision = "float64"
     layers = np.arange(1, depth + 1)

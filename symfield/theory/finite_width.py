@@ -37,11 +37,13 @@ import sympy as sp
 
 from symfield.core import validate as check
 from symfield.core.dataset import ToXarray
-from symfield.numeric.evaluate import GUARD_DIGITS, evaluate, to_mpf
+from symfield.numeric.evaluate import GUARD_DIGITS, to_mpf
 from symfield.symbolic import gaussian as G
-from symfield.symbolic.activation import Activation, activation, is_monotone, kinks
+from symfield.symbolic.activation import Activation, activation, is_monotone
 from symfield.symbolic.derivatives import d as derivative
 from symfield.symbolic.pool import max_expect1
+from symfield.numeric.maps import maps
+from symfield.symbolic.kernel import kernel
 
 _F = "finite_width"
 q = G.q
@@ -214,7 +216,6 @@ def finite_width(act: str | Activation, sigma_w2: float, sigma_b2: float, depth:
         check.fail(_F, "exact", "True or False", exact, TypeError)
     act = activation(act) if not isinstance(act, Activation) else act
     co = coefficients(act)
-    kk = kinks(act.expr)
     exprs = (co.psi2, co.dpsi2, co.psi4 - co.psi2**2, co.d2psi2)
     params = dict(act=act.name, sigma_w2=sigma_w2, sigma_b2=sigma_b2, depth=depth, q0=q0, exact=exact, dps=dps)
     layers = np.arange(1, depth + 1)
@@ -231,7 +232,7 @@ def finite_width(act: str | Activation, sigma_w2: float, sigma_b2: float, depth:
         with mpmath.workdps(dps + GUARD_DIGITS):
             sw, sb, q0m = (to_mpf(v) for v in (sigma_w2, sigma_b2, q0))
             K = [sw * q0m + sb]
-            K, V, K1 = _recurse(K, sw, sb, depth, lambda i: [evaluate(e, (q,), (K[i],), kk, dps + GUARD_DIGITS)
+            K, V, K1 = _recurse(K, sw, sb, depth, lambda i: [maps(kernel(act), dps + GUARD_DIGITS).expect(e, (q,), (K[i],))
                                                               for e in exprs], co.k)
         with mpmath.workdps(dps):
             K, V, K1 = (np.array([+v for v in arr], dtype=object) for arr in (K, V, K1))
@@ -239,7 +240,7 @@ def finite_width(act: str | Activation, sigma_w2: float, sigma_b2: float, depth:
     sw, sb = float(sigma_w2), float(sigma_b2)
     K = layer_variances(act, sw, sb, depth, q0, _F)    # K first (the only nonlinear recursion), then the rest vectorised
     # the same recursion, the coefficients tabulated at K^(1..depth-1) by one vectorised evaluation each
-    tab = [evaluate(e, (q,), (K[:-1],), kk) for e in exprs]
+    tab = [maps(kernel(act)).expect(e, (q,), (K[:-1],)) for e in exprs]
     _, V, K1 = _recurse(list(K), sw, sb, depth, lambda i: [t[i] for t in tab], co.k)
     return FiniteWidth(K, np.array(V, dtype=float), np.array(K1, dtype=float), co, layers, params)
 
@@ -248,7 +249,7 @@ def layer_variances(act: Activation, sigma_w2: float, sigma_b2: float, depth: in
     """K^(1..depth) in float64, K^(l+1) = sigma_w2 <psi^2>_K + sigma_b2, K^(1) = sigma_w2 q0 + sigma_b2; a
     ValueError of ``func`` naming sigma_w2 where a variance leaves float64's normal range (the maps would be
     evaluated at 0: sigma_w2 = 1e-300 gave a ZeroDivisionError)."""
-    co, kk = coefficients(act), kinks(act.expr)
+    co, M = coefficients(act), maps(kernel(act))
     K = [sigma_w2 * float(q0) + sigma_b2]
     tiny = np.finfo(float).tiny
     for _ in range(depth):
@@ -256,7 +257,7 @@ def layer_variances(act: Activation, sigma_w2: float, sigma_b2: float, depth: in
             check.variances_in_range(func, "sigma_w2", sigma_w2, K)
         if len(K) == depth:
             return np.array(K)
-        K.append(sigma_w2 * float(evaluate(co.psi2, (q,), (K[-1],), kk)) + sigma_b2)
+        K.append(sigma_w2 * float(M.expect(co.psi2, (q,), (K[-1],))) + sigma_b2)
     return np.array(K)
 
 

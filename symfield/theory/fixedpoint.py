@@ -29,9 +29,9 @@ next to x0), on the same map formulas as float64 (:func:`_c_residual`, :func:`_n
 """
 from __future__ import annotations
 
-from symfield.core.errors import InvalidValue, PrecisionError, Unsupported
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import mpmath
@@ -39,13 +39,12 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from symfield.core import validate as check
-from symfield.numeric import tables
-from symfield.numeric.distance import rule as distance_rule
-from symfield.numeric.evaluate import NUMPY_MODULES, evaluate, evaluator, to_mpf, vectorised
-from symfield.numeric.table1d import Table1D
+from symfield.core.errors import InvalidValue, PrecisionError, Unsupported
+from symfield.numeric.context import objects
+from symfield.numeric.evaluate import NUMPY_MODULES, evaluate, to_mpf, vectorised
+from symfield.numeric.maps import maps
 from symfield.numeric.vroot import vroot
 from symfield.symbolic.activation import Activation
-from symfield.symbolic.gaussian import homogeneous
 from symfield.symbolic.gaussian import q as Q
 from symfield.symbolic.gaussian import q1 as Q1
 from symfield.symbolic.gaussian import q2 as Q2
@@ -60,7 +59,7 @@ Q_MIN, Q_MAX = 1e-12, 1e12
 def _limit_q(K, qs):
     """Where to evaluate q-dependent quantities when q* is 0 or inf (scalar or array): q = 1 for
     positively homogeneous psi (they do not depend on q), else q = 1e-8 (q* = 0) or 1e8 (q* = inf)."""
-    if _degree_one(K):
+    if K.degree_one:
         return np.ones_like(qs) if np.ndim(qs) else 1.0
     return np.where(np.asarray(qs) == 0, 1e-8, 1e8) if np.ndim(qs) else (1e-8 if qs == 0 else 1e8)
 
@@ -70,12 +69,12 @@ def _at_infinity(K, qs):
     linearly but is not homogeneous, the normalised maps at q* = inf are exactly those of its limit
     (symfield.symbolic.limits), evaluated at q = 1."""
     at_inf = np.asarray(qs) == math.inf
-    if not at_inf.any() or _degree_one(K):
+    if not at_inf.any() or K.degree_one:
         return None, np.zeros(np.shape(qs), bool)
     LK = limit_kernel(K)
     if LK is None:
         return None, np.zeros(np.shape(qs), bool)
-    return _maps(LK), at_inf
+    return maps(LK), at_inf
 
 
 def dpsi2_at_fixed_point(K, qs, dps=None):
@@ -93,281 +92,12 @@ def dpsi2_at_fixed_point(K, qs, dps=None):
         tiny = 1e-40 if dps is None else mpmath.mpf(10) ** (-2 * dps - 10)
         out[zero] = evaluate(K.dpsi2, (Q,), (tiny,), K.kinks, dps)
     if inf.any():
-        LK = K if _degree_one(K) else limit_kernel(K)
+        LK = K if K.degree_one else limit_kernel(K)
         if LK is None:
             raise InvalidValue(f"{K.act.name}: q* is infinite and phi does not grow linearly, so E[psi'^2](q) "
                              "has no finite limit as q -> inf and chi1 at q* is undefined; pass q=...")
         out[inf] = evaluate(LK.dpsi2, (Q,), (1.0,), LK.kinks, dps)
     return out if out.ndim else out[()]
-
-
-_DEGREE_ONE: dict = caches.memo()
-
-
-_ZERO_AT_ZERO: dict = caches.memo()
-
-
-def _zero_at_zero(K):
-    """V(0+) = 0, i.e. psi(0) = 0: q = 0 solves the variance fixed-point equation at sigma_b2 = 0."""
-    if K not in _ZERO_AT_ZERO:
-        import sympy as sp
-        if K.V.has(sp.Integral):
-            v0 = float(evaluate(K.V, (Q,), (1e-30,), K.kinks))
-            _ZERO_AT_ZERO[K] = abs(v0) < 1e-20
-        else:
-            _ZERO_AT_ZERO[K] = sp.limit(K.V, Q, 0, "+") == 0
-    return _ZERO_AT_ZERO[K]
-
-
-_CHI1_CONSTANT = {}
-
-
-def _chi1_constant(K):
-    """V(q)/E[psi'^2](q) = q exactly (closed forms): chi1 does not depend on q (cached check)."""
-    if K not in _CHI1_CONSTANT:
-        import sympy as sp
-        _CHI1_CONSTANT[K] = not K.V.has(sp.Integral) and sp.simplify(K.V / K.dpsi2 - Q) == 0
-    return _CHI1_CONSTANT[K]
-
-
-def _degree_one(K):
-    """psi positively homogeneous of degree 1 (then V/q, C/q and dpsi2 do not depend on q)."""
-    if K not in _DEGREE_ONE:
-        h = homogeneous(K.act.expr)
-        _DEGREE_ONE[K] = bool(h and h[0] == 1)
-    return _DEGREE_ONE[K]
-
-
-def shipped_1d_name(K, what) -> str:
-    """The stable name of K's 1-D table of ``what`` ("V" or "dpsi2") among the shipped tables: what it
-    tabulates (phi's expression, pool, k, kinks), not how SymPy writes the integral."""
-    import sympy as sp
-    return f"{what} of {sp.srepr(K.act.expr)} pool {K.act.pool} k {K.act.k} kinks {tuple(K.kinks)!r}"
-
-
-class _Maps:
-    """float64 maps of one kernel, vectorised over arrays: V(q), dpsi2(q), C(q, c) = C(q, q, c q).
-
-    Closed forms are lambdified. Integral-form V and dpsi2 use certified Chebyshev tables in
-    log q (:mod:`symfield.numeric.table1d`, ~1e-15); integral-form C uses the certified (q, theta) tables
-    of :mod:`symfield.numeric.tables` where they cover the point, else the quadrature."""
-
-    def __init__(self, K):
-        import sympy as sp
-
-        self.K = K
-        self._V = evaluator(K.V, (Q,), K.kinks)
-        self._d = evaluator(K.dpsi2, (Q,), K.kinks)
-        self._C = evaluator(K.C, (Q1, Q2, Q12), K.kinks)
-        if K.V.has(sp.Integral):
-            self._V = Table1D(self._V, key=f"V {sp.srepr(K.V)} kinks {K.kinks!r}", ship=shipped_1d_name(K, "V"))
-        if K.dpsi2.has(sp.Integral):
-            self._d = Table1D(self._d, key=f"dpsi2 {sp.srepr(K.dpsi2)} kinks {K.kinks!r}",
-                              ship=shipped_1d_name(K, "dpsi2"))
-        self._T = None
-        if K.C.has(sp.Integral):
-            try:
-                self._T, self._mod = tables.table(K), tables.load_module()
-            except (NotImplementedError, tables.TableError):
-                self._T = None
-
-    @property
-    def table(self):
-        """The (q, theta) table of C (symfield.numeric.tables), or None."""
-        return self._T
-
-    @property
-    def V_table(self):
-        """V's 1-D table (symfield.numeric.table1d) when V is an integral, else its closed form's evaluator."""
-        return self._V
-
-    @property
-    def dpsi2_table(self):
-        """E[psi'^2]'s 1-D table when it is an integral, else its closed form's evaluator."""
-        return self._d
-
-    def V(self, q):
-        return self._V(np.asarray(q, float))
-
-    def dpsi2(self, q):
-        return self._d(np.asarray(q, float))
-
-    @property
-    def D(self):
-        """The distance map D(q1, q2, q12, d) where it is fast and exact as d -> 0 (closed forms, tables that
-        tabulate it), else None."""
-        if self._T is not None and hasattr(self._mod, "D_many"):
-            T, mod = self._T, self._mod
-
-            def table_D(a, b, c, dv):
-                a, b, c, dv = np.broadcast_arrays(*(np.asarray(v, float) for v in (a, b, c, dv)))
-                if T.kind != "homogeneous":
-                    T.ensure(float(a.min()), float(a.max()))
-                return mod.D_many(T.arrays(), *(np.ascontiguousarray(v.ravel()) for v in (a, b, c, dv))).reshape(a.shape)
-            return table_D
-        r = distance_rule(self.K)
-        return r.fn if (r.exact and self.K.closed_form) else None
-
-    def cover(self, lo, hi):
-        """Grow a table to cover q in [lo, hi] in one build (one round of its mpmath spot checks) before a
-        walk that would otherwise extend it octave by octave. Panel 0 (q < 2^E0) is refused for some
-        psi (relative accuracy as q -> 0): then the panels above it; a refused build leaves C to quadrature."""
-        if self._T is None or self._T.kind == "homogeneous" or not lo < hi:
-            return
-        hi = min(hi, tables.q_top())
-        starts = (lo, 2.0 ** tables.E0) if lo < 2.0 ** tables.E0 else (lo,)
-        for a in starts:
-            try:
-                self._T.ensure(a, hi)
-                return
-            except tables.TableError:
-                pass
-
-    def C(self, q, c):
-        q, c = np.broadcast_arrays(np.asarray(q, float), np.asarray(c, float))
-        if self._T is None:
-            return self._C(q, q, c * q)
-        qf, cf = q.ravel(), c.ravel()
-        out = np.full(qf.shape, np.nan)
-        ok = (qf >= 0) & ((qf < tables.q_top()) | (self._T.kind == "homogeneous"))
-        if ok.any():
-            try:
-                if self._T.kind != "homogeneous":
-                    self._T.ensure(float(qf[ok].min()), float(qf[ok].max()))
-                out[ok] = self._mod.C_many(self._T.arrays(), qf[ok], qf[ok], cf[ok] * qf[ok])
-            except tables.TableError:
-                pass
-        bad = np.isnan(out)
-        if bad.any():
-            out[bad] = self._C(qf[bad], qf[bad], cf[bad] * qf[bad])
-        return out.reshape(q.shape)
-
-
-_MAPS: dict = caches.memo()
-
-
-def float_maps(K) -> _Maps:
-    """The float64 maps of kernel K (closed forms, or the certified tables, loaded or built)."""
-    return _maps(K)
-
-
-def _maps(K):
-    m = _MAPS.get(K)
-    if m is None:
-        m = _MAPS[K] = _Maps(K)
-    return m
-
-
-# ---------------------------------------------------------------- number contexts
-def _objects(values):
-    """1-D object array of the given numbers (mpf)."""
-    out = np.empty(len(values), dtype=object)
-    out[:] = list(values)
-    return out
-
-
-class _Float64:
-    """float64 numbers, vectorised over 1-D numpy arrays (see the module docstring)."""
-    dps = None
-    zero, inf = 0.0, math.inf
-
-    def __init__(self, K):
-        self.K, self.maps = K, _maps(K)
-
-    def num(self, x):
-        return np.asarray(x, float)
-
-    def full(self, n, v):
-        return np.full(n, v, dtype=float)
-
-    def V(self, q):
-        return self.maps.V(q)
-
-    def dpsi2(self, q):
-        return self.maps.dpsi2(q)
-
-    def C(self, q, c):
-        """C(q, q, c q)."""
-        return self.maps.C(q, c)
-
-    def roots(self, f, lo, hi, flo, fhi, what):
-        """Roots of f(x, j) (problem j at x) on the brackets [lo, hi] (f(lo) = flo, f(hi) = fhi)."""
-        return vroot(f, lo, hi, flo, fhi)
-
-    def run(self, algorithm, *inputs):
-        """algorithm(N, *inputs) with the inputs as float64 arrays."""
-        return algorithm(self, *(self.num(x) for x in inputs))
-
-    def show(self, x):
-        return f"{x:g}"
-
-
-class _Mp:
-    """mpmath numbers at dps digits on 1-D object arrays (see the module docstring)."""
-    zero, inf = mpmath.mpf(0), mpmath.inf
-
-    def __init__(self, K, dps):
-        self.K, self.dps = K, dps
-
-    def num(self, x):
-        """Inputs read as the decimals they print as (0.1 -> mpf('0.1')), as numeric.evaluate."""
-        return _objects([to_mpf(v) for v in np.ravel(x)])
-
-    def full(self, n, v):
-        return _objects([mpmath.mpf(v)] * n)       # the float's binary value
-
-    def V(self, q):
-        return evaluate(self.K.V, (Q,), (q,), self.K.kinks, self.dps)
-
-    def dpsi2(self, q):
-        return evaluate(self.K.dpsi2, (Q,), (q,), self.K.kinks, self.dps)
-
-    def C(self, q, c):
-        """C(q, q, c q)."""
-        return evaluate(self.K.C, (Q1, Q2, Q12), (q, q, c * q), self.K.kinks, self.dps)
-
-    def root(self, f, lo, hi, what):
-        """Root of the scalar f on [lo, hi] (anderson to 10^(-2 dps)), certified by its residual:
-        ArithmeticError with the achieved vs required error unless |f| <= 10^-dps max(1, |root|)."""
-        dps = self.dps
-        root = mpmath.findroot(f, (lo, hi), solver="anderson", tol=mpmath.mpf(10) ** (-2 * dps))
-        resid = abs(f(root))
-        if resid > mpmath.mpf(10) ** (-dps) * max(1, abs(root)):
-            raise PrecisionError(f"{what}: residual {mpmath.nstr(resid, 3)} exceeds the required "
-                                  f"{mpmath.nstr(mpmath.mpf(10) ** -dps, 3)} (dps={dps})")
-        return root
-
-    def roots(self, f, lo, hi, flo, fhi, what):
-        """As :meth:`_Float64.roots`, one certified :meth:`root` per bracket."""
-        def one(k):           # findroot reads the arity: a plain one-argument function of x
-            return lambda t: f(_objects([t]), np.array([k]))[0]
-        return _objects([self.root(one(k), lo[k], hi[k], what) for k in range(len(lo))])
-
-    def refine(self, f, x0, tol, what, left):
-        """The float64 root x0 of f refined: :meth:`root` on [x0, x0 (1 + 1e-9)], certified by its
-        residual and by staying within tol of x0 (else ArithmeticError(left(root)))."""
-        x0 = mpmath.mpf(x0)
-        root = self.root(f, x0, x0 * (1 + mpmath.mpf(10) ** -9), what)
-        if abs(root - x0) > tol:
-            raise PrecisionError(left(root))
-        return root
-
-    def run(self, algorithm, *inputs):
-        """algorithm(N, *inputs) at dps + 10 digits; the result (array or tuple of arrays) rounded to dps."""
-        with mpmath.workdps(self.dps + 10):
-            out = algorithm(self, *(self.num(x) for x in inputs))
-        with mpmath.workdps(self.dps):
-            rounded = [_objects([+v for v in a]) for a in (out if isinstance(out, tuple) else (out,))]
-        return tuple(rounded) if isinstance(out, tuple) else rounded[0]
-
-    def show(self, x):
-        with mpmath.workdps(self.dps + 10):
-            return str(to_mpf(x))
-
-
-def _context(K, dps):
-    """The number context of dps: float64 (None) or mpmath at dps digits."""
-    return _Float64(K) if dps is None else _Mp(K, dps)
 
 
 # ---------------------------------------------------------------- q*
@@ -398,7 +128,7 @@ def _q_star_brackets(K, sw, sb, q1):
     in the direction the recursion moves (where V increases with q, as for every built-in, the
     recursion is monotone between roots, so this is the root it reaches); a pair of roots closer
     than one scan step is not resolved."""
-    F = _Float64(K)
+    F = maps(K)
     n = sw.size
     kind, lo, hi = np.full(n, 2), np.full(n, math.nan), np.full(n, math.nan)
     kind[~(q1 > 0)] = 0
@@ -446,17 +176,17 @@ def _q_star_points(N, sw, sb, q1=None):
     recursion goes there."""
     fw, fb = np.array([float(v) for v in sw]), np.array([float(v) for v in sb])
     kind, lo, hi = _q_star_brackets(N.K, fw, fb, fw + fb if q1 is None else np.asarray(q1, float))
-    out = N.full(sw.size, math.nan)
-    out[kind == 0] = N.zero
-    out[kind == 3] = N.inf
+    out = N.ctx.full(sw.size, math.nan)
+    out[kind == 0] = N.ctx.zero
+    out[kind == 3] = N.ctx.inf
     for j in np.nonzero(kind == 1)[0]:
-        out[j] = sw[j] + sb[j] if q1 is None and lo[j] == fw[j] + fb[j] else N.num([lo[j]])[0]
+        out[j] = sw[j] + sb[j] if q1 is None and lo[j] == fw[j] + fb[j] else N.ctx.num([lo[j]])[0]
     idx = np.nonzero(kind == 2)[0]
     if idx.size:
-        a, b = N.num(lo[idx]), N.num(hi[idx])
+        a, b = N.ctx.num(lo[idx]), N.ctx.num(hi[idx])
         fa = sw[idx] * N.V(a) + sb[idx] - a
         fb_ = sw[idx] * N.V(b) + sb[idx] - b
-        out[idx] = N.roots(lambda x, j: sw[idx[j]] * N.V(x) + sb[idx[j]] - x, a, b, fa, fb_, "q_star")
+        out[idx] = N.ctx.roots(lambda x, j: sw[idx[j]] * N.V(x) + sb[idx[j]] - x, a, b, fa, fb_, "q_star")
     return out
 
 
@@ -516,7 +246,7 @@ def fixed_points(act: str | Activation, sigma_w2: float, sigma_b2: float, q0: fl
     sw = float(check.real("fixed_points", "sigma_w2", sigma_w2, lo=0))
     sb = float(check.real("fixed_points", "sigma_b2", sigma_b2, lo=0))
     q0 = float(check.real("fixed_points", "q0", q0, lo=0, lo_open=True))
-    F = _Float64(K)
+    F = maps(K)
     grid = _scan_grid(Q_MIN, Q_MAX)
     g = _g_float(F, np.full(grid.size, sw), sb, grid)
     roots = []
@@ -566,7 +296,7 @@ def q_star(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike,
     >>> round(sf.q_star("tanh", 1.5, 0.05), 10)
     0.4180372005
     """
-    return _on_grid("q_star", act, sigma_w2, sigma_b2, dps, lambda N, sw, sb: N.run(_q_star_points, sw, sb))
+    return _on_grid("q_star", act, sigma_w2, sigma_b2, dps, lambda N, sw, sb: N.ctx.run(partial(_q_star_points, N), sw, sb))
 
 
 def _on_grid(func, act, sigma_w2, sigma_b2, dps, solve):
@@ -577,7 +307,7 @@ def _on_grid(func, act, sigma_w2, sigma_b2, dps, solve):
     sw = check.real(func, "sigma_w2", sigma_w2, lo=0)
     sb = check.real(func, "sigma_b2", sigma_b2, lo=0)
     sw, sb = np.broadcast_arrays(sw, sb)
-    out = solve(_context(K, dps), sw.ravel(), sb.ravel()).reshape(sw.shape)
+    out = solve(maps(K, dps), sw.ravel(), sb.ravel()).reshape(sw.shape)
     if dps is None:
         return out if out.ndim else float(out)
     return out if out.ndim else out.item()
@@ -613,16 +343,16 @@ def eoc_point(K, sigma_b2, dps=None):
     sigma_w2 = 1/dpsi2 (:func:`_eoc_homogeneous`). ValueError or ArithmeticError where there is no EOC."""
     sb = sigma_b2
     _refuse_jumps(K)
-    if _degree_one(K):
+    if K.degree_one:
         return _eoc_homogeneous(K, sb, dps)[:2]
-    if sb == 0 and _zero_at_zero(K):  # q* = 0 is then a fixed point of the variance map
+    if sb == 0 and K.zero_at_zero:  # q* = 0 is then a fixed point of the variance map
         return _eoc_at_zero(K, dps)
-    N = _context(K, dps)
-    sw, qs = N.run(_eoc_points, [sb])
+    N = maps(K, dps)
+    sw, qs = N.ctx.run(partial(_eoc_points, N), [sb])
     if math.isnan(sw[0]):
         if qs[0] == 0:
             raise PrecisionError(f"eoc: h(q) <= 0 at q = {Q_MIN:g}; no bracket for the edge of chaos of {K.act.name}.")
-        raise InvalidValue(f"{K.act.name} has no edge of chaos at sigma_b2 = {N.show(sb)} (q* beyond {Q_MAX:g}).")
+        raise InvalidValue(f"{K.act.name} has no edge of chaos at sigma_b2 = {N.ctx.show(sb)} (q* beyond {Q_MAX:g}).")
     return (float(sw[0]), float(qs[0])) if dps is None else (sw[0], qs[0])
 
 
@@ -663,7 +393,7 @@ def _eoc_homogeneous(K, sb, dps):
     else:
         with mpmath.workdps(dps):
             sw = mpmath.mpf(str(sp.N(1 / exact, dps + 5)))
-    r = 1.0 if _chi1_constant(K) else float(evaluate(K.V, (Q,), (1.0,), K.kinks)) / d
+    r = 1.0 if K.chi1_constant else float(evaluate(K.V, (Q,), (1.0,), K.kinks)) / d
     r = 1.0 if abs(r - 1) <= 1e-12 else r
     zero, inf = (0.0, math.inf) if dps is None else (mpmath.mpf(0), mpmath.inf)
     note = (f"{name} is positively homogeneous: chi1 = sigma_w2 E[psi'^2] does not depend on q; the EOC is "
@@ -677,7 +407,7 @@ def _eoc_homogeneous(K, sb, dps):
         note += (f", where q* is infinite at every sigma_b2: q_growth = sigma_w2 V(q)/q = {r:.6g} > 1 there (q grows "
                  f"geometrically; the variance criterion q_growth = 1 is at sigma_w2 = {float(sw) / r:.6g}).")
     else:
-        qs = _context(K, dps).run(_q_star_points, [sw], [sb])[0]
+        qs = (lambda N: N.ctx.run(partial(_q_star_points, N), [sw], [sb]))(maps(K, dps))[0]
         qs = float(qs) if dps is None else qs
         note += f", where q_growth = sigma_w2 V(q)/q = {r:.6g} < 1 and q* = sigma_b2/(1 - q_growth) is finite."
     return sw, qs, r, note
@@ -710,11 +440,11 @@ def _eoc_points(N, sb):
         return N.V(qv) / N.dpsi2(qv) + sb[j] - qv
 
     n = sb.size
-    lo = N.full(n, Q_MIN)
+    lo = N.ctx.full(n, Q_MIN)
     hlo = h(lo, np.arange(n))
-    qs = N.full(n, math.nan)
-    qs[hlo <= 0] = N.zero
-    hi, hhi = N.full(n, 1.0), N.full(n, math.nan)
+    qs = N.ctx.full(n, math.nan)
+    qs[hlo <= 0] = N.ctx.zero
+    hi, hhi = N.ctx.full(n, 1.0), N.ctx.full(n, math.nan)
     live = hlo > 0
     hhi[live] = h(hi[live], np.nonzero(live)[0])
     grow = live & (hhi > 0)
@@ -723,13 +453,13 @@ def _eoc_points(N, sb):
         hi[j] *= 4
         hhi[j] = h(hi[j], j)
         over = hi[j] > Q_MAX
-        qs[j[over & (hhi[j] > 0)]] = N.inf
+        qs[j[over & (hhi[j] > 0)]] = N.ctx.inf
         grow[j] = (hhi[j] > 0) & ~over
     j = np.nonzero(live & (hhi <= 0))[0]
     if j.size:
-        qs[j] = N.roots(lambda x, k: h(x, j[k]), lo[j], hi[j], hlo[j], hhi[j], "eoc")
-    ok = (qs > 0) & (qs < N.inf)
-    sw = N.full(n, math.nan)
+        qs[j] = N.ctx.roots(lambda x, k: h(x, j[k]), lo[j], hi[j], hlo[j], hhi[j], "eoc")
+    ok = (qs > 0) & (qs < N.ctx.inf)
+    sw = N.ctx.full(n, math.nan)
     sw[ok] = 1.0 / N.dpsi2(qs[ok])
     return sw, qs
 
@@ -773,7 +503,7 @@ def eoc(act: str | Activation, sigma_b2: float, dps: int | None = None) -> EOC:
     sb = float(check.real("eoc", "sigma_b2", sigma_b2, lo=0))
     note = ""
     _refuse_jumps(K)
-    if _degree_one(K):             # q_slope = sigma_w2 V'(q) = q_growth, the same at every q
+    if K.degree_one:             # q_slope = sigma_w2 V'(q) = q_growth, the same at every q
         sw, qs, slope, note = _eoc_homogeneous(K, sb, dps)
     else:
         sw, qs = eoc_point(K, sb, dps)
@@ -808,7 +538,7 @@ def _log_chi_product(K, sw, sb, depth, q0):
     """sum_{l=1}^{L} ln(sigma_w2 E[psi'^2](q^(l))), q^(1) = sigma_w2 q0 + sigma_b2, q^(l+1) =
     sigma_w2 V(q^(l)) + sigma_b2, for a 1-D array sw (float64; q capped at Q_MAX, where the limit map
     holds); also returns q^(L)."""
-    F = _Float64(K)
+    F = maps(K)
     q = sw * q0 + sb
     total = np.zeros(sw.shape)
     for layer in range(depth):
@@ -895,13 +625,13 @@ def eoc_curve(act: str | Activation, sigma_b2: ArrayLike, dps: int | None = None
     dps = check.dps("eoc_curve", dps)
     sb = check.real("eoc_curve", "sigma_b2", sigma_b2, lo=0)
     _refuse_jumps(K)
-    if _degree_one(K):
+    if K.degree_one:
         sw = _eoc_homogeneous(K, 0.0, dps)[0]
         out = np.empty(sb.shape, dtype=float if dps is None else object)
         out[...] = sw
         return out
     if dps is None and (sb > 0).all():
-        sw, qs = _Float64(K).run(_eoc_points, sb.ravel())
+        sw, qs = (lambda N: N.ctx.run(partial(_eoc_points, N), sb.ravel()))(maps(K))
         if not np.isnan(sw).any():
             return sw.reshape(sb.shape)
     out = np.empty(sb.shape, dtype=float if dps is None else object)
@@ -925,9 +655,9 @@ def _c_star_f64(K, sw, sb, qs=None):
     points approaching +-1 geometrically, where the root sits when chi1 is just above 1) and
     refined by vroot. q* = 0 or inf: the normalised map c' = C(q, q, c q)/V(q) in that limit
     (sigma_b2 negligible against q; exact for positively homogeneous psi). Returns (c*, q*)."""
-    M = _maps(K)
+    M = maps(K)
     sw, sb = np.asarray(sw, float), np.asarray(sb, float)
-    qs = _q_star_points(_Float64(K), sw, sb) if qs is None else qs
+    qs = _q_star_points(maps(K), sw, sb) if qs is None else qs
     finite = (qs > 0) & (qs < math.inf)
     L, at_inf = _at_infinity(K, qs)
     qe = np.where(finite, qs, np.where(at_inf, 1.0, _limit_q(K, qs)))
@@ -947,9 +677,9 @@ def _c_star_f64(K, sw, sb, qs=None):
         f, li = finite[j], at_inf[j]
         val = np.empty(j.shape)
         if (~li).any():
-            val[~li] = M.C(qe[j[~li]], c[~li])
+            val[~li] = M.C_eq(qe[j[~li]], c[~li])
         if li.any():
-            val[li] = L.C(qe[j[li]], c[li])
+            val[li] = L.C_eq(qe[j[li]], c[li])
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(f, (sw[j] * val + sb[j]) / qe[j], val / vq[j]) - c
 
@@ -992,17 +722,10 @@ Q_DESCENT, MAX_DESCENT = 1e-8, 5000   # q* = 0: follow the recursion down to q =
 
 
 def _descent_cheap(K, M):
-    """The q* = 0 descent runs where C costs microseconds at every q: closed-form C, or the
-    polar-rule table of a smooth single-node / avg-pool phi. Max-pools and kinked integral-form
-    phi (ELU) keep the limit map from c^(1) (their tables build per q-octave in seconds to minutes)."""
-    import sympy as sp
-    if _degree_one(K):
-        return False                       # the limit map is exact at q = 1 (homogeneous psi)
-    if not K.C.has(sp.Integral):
-        return True
-    T = M._T
-    return (T is not None and K.act.pool != "max" and T.kind != "homogeneous"
-            and T.evaluator().fast and not T.evaluator().maxrule)
+    """The q* = 0 descent runs where C costs microseconds at every q (the engine's ``fast_C``: a closed form,
+    or a table whose panels build in seconds). Homogeneous psi keep the limit map, exact at q = 1; max-pools
+    and kinked integral-form phi (ELU) keep the limit map from c^(1) (their tables build in minutes)."""
+    return not K.degree_one and M.fast_C
 
 
 def _descend(M, sw):
@@ -1021,14 +744,14 @@ def _descend(M, sw):
         if i.size == 0:
             break
         v = M.V(q[i])
-        c[i], q[i] = np.clip(M.C(q[i], c[i]) / v, -1.0, 1.0), sw[i] * v
+        c[i], q[i] = np.clip(M.C_eq(q[i], c[i]) / v, -1.0, 1.0), sw[i] * v
     frozen = np.zeros(sw.shape, bool)
     small = np.nonzero((q <= Q_DESCENT) & (q > 0))[0]
     if small.size:
         ci = c[small]        # displacement of the limit map at two fixed small q (not at the last q,
         qi = np.full(ci.shape, Q_DESCENT)   # which can be far below where C/V keeps its relative digits)
-        d1 = M.C(qi, ci) / M.V(qi) - ci
-        d2 = M.C(qi / 16, ci) / M.V(qi / 16) - ci
+        d1 = M.C_eq(qi, ci) / M.V(qi) - ci
+        d2 = M.C_eq(qi / 16, ci) / M.V(qi / 16) - ci
         frozen[small] = np.abs(d2) <= 0.5 * np.abs(d1) + G_TOL   # drift ~ q^a, a >= 1/4
         i = np.nonzero(frozen)[0]
         for _ in range(MAX_DESCENT):
@@ -1036,7 +759,7 @@ def _descend(M, sw):
             if i.size == 0:
                 break
             v = M.V(q[i])
-            cn = np.clip(M.C(q[i], c[i]) / v, -1.0, 1.0)
+            cn = np.clip(M.C_eq(q[i], c[i]) / v, -1.0, 1.0)
             moved = np.abs(cn - c[i]) > 1e-15
             c[i], q[i] = cn, sw[i] * v
             i = i[moved]
@@ -1047,7 +770,7 @@ def _descend(M, sw):
 
 def _c_residual(N, q, sw, sb, c):
     """f(c) - c for the c-map f(c) = (sigma_w2 C(q, q, c q) + sigma_b2)/q at the variance q."""
-    return (sw * N.C(q, c) + sb) / q - c
+    return (sw * N.C_eq(q, c) + sb) / q - c
 
 
 def _c_star_refined(N, sw, sb, c0, q0):
@@ -1062,8 +785,8 @@ def _c_star_refined(N, sw, sb, c0, q0):
             return +c1
         if not 0 < q0 < math.inf:
             raise Unsupported("c_star(dps=...) with q* = 0 or inf (a limit map) is float64 only.")
-        qs = N.run(_q_star_points, [sw], [sb])[0]
-        root = N.refine(lambda c: _c_residual(N, qs, swm, sbm, c), c0, 1e-9, "c_star",
+        qs = N.ctx.run(partial(_q_star_points, N), [sw], [sb])[0]
+        root = N.ctx.refine(lambda c: _c_residual(N, qs, swm, sbm, c), c0, 1e-9, "c_star",
                         lambda r: f"c_star: the mpmath root {mpmath.nstr(r, 12)} left the float64 "
                                   f"bracket around {c0!r}; cannot certify c* at dps={N.dps}")
     with mpmath.workdps(N.dps):
@@ -1079,9 +802,10 @@ def _gap_star(K, sw, sb, cs, qs):
     docs/theory.md section 7), d* = 2 q* (1 - c*), bracketed around the float64 c*. Elsewhere 1 - c*."""
     gap = 1.0 - np.asarray(cs, float)
     sel = np.nonzero((gap > 0) & (gap < GAP_REFINE) & (qs > 0) & (qs < math.inf))[0]
-    fn = _maps(K).D
-    if sel.size == 0 or fn is None:
+    M = maps(K)
+    if sel.size == 0 or not M.D_exact:
         return gap
+    fn = M.D
     q, w = qs[sel], sw[sel]
 
     def h(dv, k):
@@ -1104,7 +828,7 @@ def _c_star_solve(N, sw, sb):
     cs, qs = _c_star_f64(N.K, sw, sb)
     if N.dps is None:
         return cs
-    return _objects([_c_star_refined(N, *p) for p in zip(sw.tolist(), sb.tolist(), cs.tolist(), qs.tolist())])
+    return objects([_c_star_refined(N, *p) for p in zip(sw.tolist(), sb.tolist(), cs.tolist(), qs.tolist())])
 
 
 def c_star(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike,
@@ -1138,16 +862,16 @@ def _neutral_residual(N, q, sb):
     """(sigma_w2(q), h(q)) on the q* equation sigma_w2(q) = (q - sigma_b2)/V(q), with
     h(q) = (sigma_w2(q) C(q, q, q/2) + sigma_b2)/q - 1/2: zero where 1/2 is a fixed point of the c-map."""
     sw = (q - sb) / N.V(q)
-    return sw, (sw * N.C(q, 0.5) + sb) / q - 0.5
+    return sw, (sw * N.C_eq(q, 0.5) + sb) / q - 0.5
 
 
 def _no_neutrality(K, N):
     """True when h of :func:`_neutral_residual` is provably > 0 for every q > sigma_b2 (no line at any
     sigma_b2): for psi positively homogeneous of degree 1, V = q V(1) and C(q, q, q/2) = q C(1, 1, 1/2),
     so h(q) = rho - 1/2 + (sigma_b2/q)(1 - rho) with rho = C(1, 1, 1/2)/V(1), which stays > 0 iff rho >= 1/2."""
-    if not _degree_one(K):
+    if not K.degree_one:
         return False
-    rho = float(N.C(np.array([1.0]), 0.5)[0] / N.V(np.array([1.0]))[0])
+    rho = float(N.C_eq(np.array([1.0]), 0.5)[0] / N.V(np.array([1.0]))[0])
     return rho >= 0.5
 
 
@@ -1176,8 +900,8 @@ def _neutral_cutoff(K):
         return _CUTOFF[K]
     out, LK = math.inf, limit_kernel(K)
     if LK is not None:
-        R, M = _deviation(K, LK), _maps(LK)
-        vi, ci = float(M.V(1.0)), float(M.C(np.array([1.0]), 0.5)[0])
+        R, M = _deviation(K, LK), maps(LK)
+        vi, ci = float(M.V(1.0)), float(M.C_eq(np.array([1.0]), 0.5)[0])
         for k in range(0, 60):
             e = 2 * R * math.sqrt(vi / 2.0 ** k) + R * R / 2.0 ** k
             if (ci - e) / (vi + e) > 0.5:
@@ -1193,7 +917,7 @@ def neutrality_line(K, sigma_b2, sigma_w2_max=50.0):
     h -> 1/2 > 0 as q -> sigma_b2+. The bracket grows q by 2 until h < 0 (NaN where sigma_w2(q)
     passes sigma_w2_max or q passes Q_MAX first). Then 1/2 must be the stable c* reached from c1
     (checked; NaN otherwise). Returns (sigma_w2, q*)."""
-    N = _Float64(K)
+    N = maps(K)
     sb = np.asarray(sigma_b2, float)
     if _no_neutrality(K, N):
         return np.full(sb.shape, np.nan), np.full(sb.shape, np.nan)
@@ -1232,7 +956,7 @@ def neutrality_line(K, sigma_b2, sigma_w2_max=50.0):
 
 def _neutral_slope(K, sb, q0):
     """dh/dq at the float64 root q0 (central difference on the float64 maps, ~1e-9 relative)."""
-    N, dq = _Float64(K), 1e-5 * q0
+    N, dq = maps(K), 1e-5 * q0
     h = _neutral_residual(N, np.array([q0 - dq, q0 + dq]), np.array([sb, sb]))[1]
     return float(h[1] - h[0]) / (2 * dq)
 
@@ -1250,14 +974,14 @@ def _neutrality_refined(N, sb, q0):
     of q0 (else ArithmeticError). Each step is one evaluation of V and C at dps (3 are typical)."""
     with mpmath.workdps(N.dps + 10):
         sbm, x = to_mpf(sb), mpmath.mpf(q0)
-        sw, h = (v[0] for v in _neutral_residual(N, _objects([x]), sbm))
+        sw, h = (v[0] for v in _neutral_residual(N, objects([x]), sbm))
         d, err = mpmath.mpf(_neutral_slope(N.K, sb, q0)), mpmath.mpf(SLOPE_ERR)
         tiny = mpmath.mpf(10) ** -(N.dps + 2)
         for _ in range(NEUTRAL_STEPS):
             if h == 0 or not d or not mpmath.isfinite(d):
                 break
             x1 = x - h / d
-            sw1, h1 = (v[0] for v in _neutral_residual(N, _objects([x1]), sbm))
+            sw1, h1 = (v[0] for v in _neutral_residual(N, objects([x1]), sbm))
             if abs(h1) >= abs(h):       # the maps' rounding floor: keep the better point
                 break
             step = abs(x1 - x)
@@ -1313,8 +1037,8 @@ def neutrality(act: str | Activation, sigma_b2: ArrayLike, dps: int | None = Non
                          f"(prejudiced) there, or 1/2 is not the fixed point reached from c^(1).")
     if dps is None:
         return sw.reshape(sb.shape) if sb.ndim else float(sw[0])
-    N = _Mp(K, dps)
-    out = _objects([_neutrality_refined(N, b, q0) for b, q0 in zip(sb.ravel().tolist(), qs.tolist())])
+    N = maps(K, dps)
+    out = objects([_neutrality_refined(N, b, q0) for b, q0 in zip(sb.ravel().tolist(), qs.tolist())])
     return out.reshape(sb.shape) if sb.ndim else out[0]
 
 
@@ -1343,7 +1067,7 @@ def phase_fields(K, sigma_w2, sigma_b2, eoc_tol):
     L, at_inf = _at_infinity(K, qs)
     qe = np.where(finite, qs, _limit_q(K, qs))
     slope = np.empty(qs.shape)
-    slope[~at_inf] = sw[~at_inf] * _maps(K).dpsi2(qe[~at_inf])
+    slope[~at_inf] = sw[~at_inf] * maps(K).dpsi2(qe[~at_inf])
     if at_inf.any():
         slope[at_inf] = sw[at_inf] * L.dpsi2(np.ones(int(at_inf.sum())))
     gap = _gap_star(K, sw, sb, cs, qs)          # 1 - c*, from the distance map where c* is near 1

@@ -41,12 +41,13 @@ from numpy.typing import ArrayLike
 from symfield.core import timelimit
 from symfield.core import validate as check
 from symfield.core.dataset import ToXarray, flags
-from symfield.numeric.evaluate import GUARD_DIGITS, NUMPY_MODULES, evaluate, to_mpf
+from symfield.numeric.evaluate import GUARD_DIGITS, NUMPY_MODULES, to_mpf
 from symfield.symbolic import gaussian as G
 from symfield.symbolic.activation import Activation, activation, mp_function
 from symfield.symbolic.formula import X as x
 from symfield.symbolic.kernel import kernel
 from symfield.theory.maps import V, q_map
+from symfield.numeric.maps import maps
 
 _F = "jacobian_spectrum"
 WEIGHTS = ("gaussian", "orthogonal")
@@ -144,7 +145,7 @@ def _regular(a, k, q, dps=None):
     """E[f(sqrt(q) z)], f = phi^2 (k = 0) or phi'^(2k), by the package's maps (closed form or quadrature)."""
     if k == 0:
         return V(a, q, dps)
-    return evaluate(dphi2_expectation(a, k), (G.q,), (q,), kernel(a).kinks, dps)
+    return maps(kernel(a), dps).expect(dphi2_expectation(a, k), (G.q,), (q,))
 
 
 def _what(k):
@@ -263,8 +264,8 @@ def dphi2_moments(act, q, n=N_MOMENTS, dps=None):
     a = _act(act)
     if dps is None:
         return [_expect(a, k, q) for k in range(1, n + 1)]
-    kinks = kernel(a).kinks
-    return [evaluate(e, (G.q,), (q,), kinks, dps) for e in dphi2_expectations(a, n)]
+    M = maps(kernel(a), dps)
+    return [M.expect(e, (G.q,), (q,)) for e in dphi2_expectations(a, n)]
 
 
 def _at(q):

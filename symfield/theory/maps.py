@@ -18,19 +18,13 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from symfield.core import validate as check
-from symfield.numeric import tables
-from symfield.numeric.evaluate import GUARD_DIGITS, evaluate, to_mpf
+from symfield.numeric.evaluate import GUARD_DIGITS, to_mpf
+from symfield.numeric.maps import maps
 from symfield.symbolic.activation import Activation
-from symfield.symbolic.gaussian import homogeneous
-from symfield.symbolic.gaussian import q as Q
-from symfield.symbolic.gaussian import q1 as Q1
-from symfield.symbolic.gaussian import q2 as Q2
-from symfield.symbolic.gaussian import q12 as Q12
-from symfield.symbolic.integrals import Kind, kinds
+from symfield.symbolic.integrals import kinds
 from symfield.symbolic.kernel import kernel
 from symfield.symbolic.kernel_type import MAPS
 from symfield.theory.fixedpoint import dpsi2_at_fixed_point, q_star
-from symfield.core import caches
 
 
 def _num(func, name, value, dps, **rule):
@@ -41,6 +35,13 @@ def _num(func, name, value, dps, **rule):
     vals = np.asarray(value, dtype=object) if np.ndim(value) else value
     with mpmath.workdps(dps + GUARD_DIGITS):
         return to_mpf(vals) if np.ndim(vals) == 0 else np.frompyfunc(to_mpf, 1, 1)(vals)
+
+
+def _out(value, like, dps):
+    """The engine's value shaped as the input: a float64 0-d array for scalars (as numpy), mpmath numbers kept."""
+    if dps is not None:
+        return value
+    return np.asarray(value, dtype=float).reshape(np.shape(like)) if np.ndim(like) == 0 else np.asarray(value, dtype=float)
 
 
 def _combine(scale, shift, base, dps):
@@ -77,7 +78,7 @@ def V(act: str | Activation, q: ArrayLike, dps: int | None = None) -> NDArray[An
     K = kernel(act)
     dps = check.dps("V", dps)
     qv = _num("V", "q", q, dps, lo=0, lo_open=True)
-    return evaluate(K.V, (Q,), (qv,), K.kinks, dps)
+    return _out(maps(K, dps).V(qv), qv, dps)
 
 
 def _pair(func, q1, q2, q12, dps, expr=None):
@@ -106,28 +107,12 @@ def _on_bound(x, y, z):
     return z
 
 
-_TABULATED: dict = caches.memo()   # Kernel -> whether sf.C takes the table path (max-pool C without a closed form)
-
-
-def _tabulated(K):
-    ok = _TABULATED.get(K)
-    if ok is None:
-        ok = Kind.MAX2 in kinds(K.C) and Kind.LEVEL2 not in kinds(K.C)   # max-pool C of a monotone phi, no closed form
-        _TABULATED[K] = ok
-    return ok
-
-
-def _scalar(v):
-    return isinstance(v, (float, int, np.floating, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-
 def C(act: str | Activation, q1: ArrayLike, q2: ArrayLike, q12: ArrayLike,
       dps: int | None = None) -> float | NDArray[Any] | mpmath.mpf:
     """Covariance kernel C = E[psi(u) psi(v)] for the two-input covariance [[q1, q12], [q12, q2]].
 
-    Max-pools without a closed form (float64 scalars): from the certified Chebyshev table of
-    symfield.tables (tables.fast_C: any q1, q2 for homogeneous psi, q1 == q2 for the others, built
-    on first use resp. once repeated use pays for it), else the h_k quadrature.
+    Maps without a closed form: from a certified table where the maps engine has one (or building it pays
+    for itself), else the quadrature (:mod:`symfield.numeric.maps`).
 
     Parameters
     ----------
@@ -150,31 +135,8 @@ def C(act: str | Activation, q1: ArrayLike, q2: ArrayLike, q12: ArrayLike,
     """
     K = kernel(act)
     dps = check.dps("C", dps)
-    if dps is None and _tabulated(K) and _scalar(q1) and _scalar(q2) and _scalar(q12):
-        a, b, c = float(q1), float(q2), float(q12)
-        if 0 < a < math.inf and 0 < b < math.inf and abs(c) <= math.sqrt(a * b) * (1 + 4e-16):
-            slow = lambda: float(evaluate(K.C, (Q1, Q2, Q12), (np.asarray(a), np.asarray(b), np.asarray(c)), K.kinks, None))
-            try:
-                return tables.fast_C(K, a, b, c, slow)
-            except (tables.TableError, NotImplementedError):
-                _TABULATED[K] = False
-    if dps is None and _tabulated(K) and not (_scalar(q1) and _scalar(q2) and _scalar(q12)):
-        return _C_array(K, *_pair("C", q1, q2, q12, None, K.C))
-    return evaluate(K.C, (Q1, Q2, Q12), _pair("C", q1, q2, q12, dps, K.C), K.kinks, dps)
-
-
-def _C_array(K, a, b, c):
-    """Array max-pool C (validated float64 arrays): each point by the scalar table path of sf.C
-    (tables.fast_C; its quadrature fallback where the table does not cover the point)."""
-    def one(x, y, z):
-        slow = lambda: float(evaluate(K.C, (Q1, Q2, Q12), (np.asarray(x), np.asarray(y), np.asarray(z)), K.kinks, None))
-        return tables.fast_C(K, x, y, z, slow) if _TABULATED.get(K) else slow()
-    try:
-        out = tables.fast_C_many(K, a, b, c, one) if _TABULATED.get(K) else np.frompyfunc(one, 3, 1)(a, b, c)
-    except (tables.TableError, NotImplementedError):
-        _TABULATED[K] = False
-        return evaluate(K.C, (Q1, Q2, Q12), (a, b, c), K.kinks, None)
-    return np.asarray(out, dtype=float) if isinstance(out, np.ndarray) else float(out)
+    a, b, c = _pair("C", q1, q2, q12, dps, K.C)
+    return _out(maps(K, dps).C(a, b, c), a, dps)
 
 
 def q_map(act: str | Activation, q: ArrayLike, sigma_w2: ArrayLike, sigma_b2: ArrayLike,
@@ -207,7 +169,7 @@ def q_map(act: str | Activation, q: ArrayLike, sigma_w2: ArrayLike, sigma_b2: Ar
     qv = _num("q_map", "q", q, dps, lo=0, lo_open=True)
     sw = _num("q_map", "sigma_w2", sigma_w2, dps, lo=0)
     sb = _num("q_map", "sigma_b2", sigma_b2, dps, lo=0)
-    return _combine(sw, sb, evaluate(K.V, (Q,), (qv,), K.kinks, dps), dps)
+    return _combine(sw, sb, _out(maps(K, dps).V(qv), qv, dps), dps)
 
 
 def qab_map(act: str | Activation, q1: ArrayLike, q2: ArrayLike, q12: ArrayLike, sigma_w2: ArrayLike,
@@ -240,7 +202,7 @@ def qab_map(act: str | Activation, q1: ArrayLike, q2: ArrayLike, q12: ArrayLike,
     pair = _pair("qab_map", q1, q2, q12, dps, K.C)
     sw = _num("qab_map", "sigma_w2", sigma_w2, dps, lo=0)
     sb = _num("qab_map", "sigma_b2", sigma_b2, dps, lo=0)
-    return _combine(sw, sb, evaluate(K.C, (Q1, Q2, Q12), pair, K.kinks, dps), dps)
+    return _combine(sw, sb, _out(maps(K, dps).C(*pair), pair[0], dps), dps)
 
 
 def chi1(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, q: ArrayLike | None = None,
@@ -278,7 +240,7 @@ def chi1(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, q: Arr
         qs = q_star(act, sigma_w2, sigma_b2, dps=dps)
         return _combine(sw, 0, dpsi2_at_fixed_point(K, qs, dps), dps)
     qv = _num("chi1", "q", q, dps, lo=0, lo_open=True)
-    return _combine(sw, 0, evaluate(K.dpsi2, (Q,), (qv,), K.kinks, dps), dps)
+    return _combine(sw, 0, _out(maps(K, dps).dpsi2(qv), qv, dps), dps)
 
 
 def chi1_tilde(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, q: ArrayLike,
@@ -334,11 +296,10 @@ def q_growth(act: str | Activation, sigma_w2: ArrayLike, dps: int | None = None)
     K = kernel(act)
     dps = check.dps("q_growth", dps)
     sw = _num("q_growth", "sigma_w2", sigma_w2, dps, lo=0)
-    h = homogeneous(K.act.expr)
-    if h is None or h[0] != 1:
+    if not K.degree_one:
         raise Unsupported(f"q_growth needs a positively homogeneous activation (psi(t u) = t psi(u), t > 0, "
                                   f"so that V(q) = V(1) q); {K.act.name} is not. Use chi1 or q_map instead.")
-    return _combine(sw, 0, evaluate(K.V, (Q,), (1.0,), K.kinks, dps), dps)
+    return _combine(sw, 0, _out(maps(K, dps).V(_num("q_growth", "q", 1.0, dps)), 1.0, dps), dps)
 
 
 def map_value(act: str | Activation, name: Literal["V", "C", "mean", "dpsi2", "dC", "dV"], *args: ArrayLike,
@@ -374,4 +335,4 @@ def map_value(act: str | Activation, name: Literal["V", "C", "mean", "dpsi2", "d
     if len(args) != (3 if two else 1):
         raise InvalidType(f"map_value('{name}') takes {'(q1, q2, q12)' if two else '(q)'}; got {len(args)} values.")
     vals = _pair("map_value", *args, dps, K[name]) if two else (_num("map_value", "q", args[0], dps, lo=0, lo_open=True),)
-    return evaluate(K[name], (Q1, Q2, Q12) if two else (Q,), vals, K.kinks, dps)
+    return _out(getattr(maps(K, dps), name)(*vals), vals[0], dps)

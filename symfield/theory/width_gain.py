@@ -21,11 +21,12 @@ import numpy as np
 
 from symfield.core import validate as check
 from symfield.core.dataset import ToXarray
-from symfield.numeric.evaluate import evaluate
 from symfield.symbolic import gaussian as G
-from symfield.symbolic.activation import Activation, activation, kinks
+from symfield.symbolic.activation import Activation, activation
 from symfield.theory.finite_width import coefficients, finite_width, layer_variances
 from symfield.theory.gram import gram_fluctuations
+from symfield.numeric.maps import maps
+from symfield.symbolic.kernel import kernel
 
 _F = "width_gain"
 
@@ -84,10 +85,10 @@ class WidthGain(ToXarray):
 def _sensitivity(act, sigma_w2, K, q0, alpha=None) -> np.ndarray:
     """dK^(l)/dsigma_w2 for l = 1..depth along the variances K^(l) (float64, exact chain rule);
     residual blocks: dK^(l+1) = dK^(l) + alpha^2 (<psi^2> + sigma_w2 d<psi^2>/dK dK^(l))."""
-    co, kk = coefficients(act), kinks(act.expr)
+    co, M = coefficients(act), maps(kernel(act))
     depth = len(K)
-    m2 = evaluate(co.psi2, (G.q,), (K,), kk)
-    d1 = evaluate(co.dpsi2, (G.q,), (K,), kk)
+    m2 = M.expect(co.psi2, (G.q,), (K,))
+    d1 = M.expect(co.dpsi2, (G.q,), (K,))
     out = np.empty(depth)
     out[0] = q0
     for l in range(depth - 1):

@@ -1,0 +1,236 @@
+"""The layer recursion, written once: one step per layer, and the grid kernel that runs it at many points.
+
+    layer 1 (linear):  q = sigma_w2 q0 + sigma_b2,  q12 = sigma_w2 q12_0 + sigma_b2,  d = sigma_w2 d0
+    layer l >= 2:      q' = sigma_w2 V(q) + sigma_b2,  q12' = sigma_w2 C + sigma_b2,  d' = sigma_w2 D
+    residual alpha:    q' = q + alpha^2 (sigma_w2 V(q) + sigma_b2)   (likewise q12 and d)
+
+(docs/theory.md sections 1, 2, 7 and 8). The maps V(M, q), C(M, q1, q2, q12), D(M, q1, q2, q12, d) and
+in_domain(M, qa, qb, qab) are globals of whatever runs this code: the generated module (closed forms, or
+the table maps of :mod:`.table_maps`, with M their data), or :func:`symfield.numeric.codegen.step_functions`
+(NumPy quadrature, mpmath). The stand-ins below only name them for readers and linters.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from symfield.numeric.kernels.jit import OPTS, njit, prange
+from symfield.numeric.kernels.layout import DOMAIN, LEFT_TABLE, OK, OVERFLOW, PAUSED, TINY, UNDERFLOW
+
+
+def V(M, q):               # stand-in: bound by the module that runs the recursion
+    raise NotImplementedError
+
+
+def C(M, q1, q2, q12):     # stand-in
+    raise NotImplementedError
+
+
+def D(M, q1, q2, q12, d):  # stand-in
+    raise NotImplementedError
+
+
+def in_domain(M, qa, qb, qab):   # stand-in
+    raise NotImplementedError
+
+
+# ---- compiled ----
+BLOCK_POINTS = 16   # grid points advanced together, layer by layer
+
+
+@njit(inline="always", **OPTS)
+def near(dd, qa, q2):
+    """c >= 1/2 (d <= (qa + q2)/2): the distance map is used, else the covariance map."""
+    return dd <= 0.5 * (qa + q2)
+
+
+@njit(inline="always", **OPTS)
+def first_layer(qa0, qb0, qab0, d0, sw, sb):
+    """Layer l = 1 is linear: q1 = sigma_w2 q0 + sigma_b2, d1 = sigma_w2 d0."""
+    return sw * qa0 + sb, sw * qb0 + sb, sw * qab0 + sb, sw * d0
+
+
+@njit(inline="always", **OPTS)
+def layer_step(qa, qb, qab, dd, sw, sb, alpha2, residual, general, M):
+    """Layer l >= 2. One 2-D map per layer: for c >= 1/2 the distance map D and C = (V(qa) + V(qb) - D)/2,
+    else the covariance map C and D = V(qa) + V(qb) - 2C -- each derived one without cancellation where it
+    is used. With general False the inputs have equal norm (qb = qa): V(qb), C's and D's q2 reuse qa."""
+    va = V(M, qa)
+    if general:
+        q2 = qb
+        vb = V(M, qb)
+    else:
+        q2 = qa
+        vb = va
+    if near(dd, qa, q2):
+        dv = D(M, qa, q2, qab, dd)
+        cv = 0.5 * (va + vb - dv)
+    else:
+        cv = C(M, qa, q2, qab)
+        dv = va + vb - 2.0 * cv
+    fa = sw * va + sb
+    fb = sw * vb + sb
+    fab = sw * cv + sb
+    fd = sw * dv
+    if residual:
+        return qa + alpha2 * fa, qb + alpha2 * fb, qab + alpha2 * fab, dd + alpha2 * fd
+    return fa, fb, fab, fd
+
+
+@njit(inline="always", **OPTS)
+def point_status(qa, qb, qab, dd):
+    """OK, OVERFLOW (q or q12 non-finite), DOMAIN (q < 0, d NaN or < 0) or UNDERFLOW (gamma beyond float64)."""
+    if not (math.isfinite(qa) and math.isfinite(qb) and math.isfinite(qab)):
+        return OVERFLOW
+    if not (qa >= 0.0 and qb >= 0.0 and dd >= 0.0):
+        return DOMAIN
+    if not (dd >= TINY and math.isfinite(qab / (0.5 * dd))):   # gamma = q12 / (d/2), as Propagation computes it
+        return UNDERFLOW
+    return OK
+
+
+@njit(inline="always", **OPTS)
+def _load(i0, m, depth, start, st_qa, st_qb, st_qab, st_d, qa, qb, qab, dd, first, live):
+    """The block's points that run (start > 0) with their state; returns (number live, first layer)."""
+    nlive = 0
+    lmin = depth + 1
+    for j in range(m):
+        s = start[i0 + j]
+        if s > 0:
+            first[j] = s
+            live[j] = True
+            nlive += 1
+            lmin = min(lmin, s)
+            qa[j] = st_qa[i0 + j]
+            qb[j] = st_qb[i0 + j]
+            qab[j] = st_qab[i0 + j]
+            dd[j] = st_d[i0 + j]
+    return nlive, lmin
+
+
+@njit(inline="always", **OPTS)
+def _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, qa0, qb0, qab0, d0, alpha2, residual, general,
+             M, start, st_qa, st_qb, st_qab, st_d, status):
+    """One layer at the block's live points; a point outside in_domain stops (LEFT_TABLE) with the layer to
+    continue from and its state. Returns how many stopped."""
+    stopped = 0
+    for j in range(m):
+        if live[j] and layer >= first[j]:
+            if layer == 1:
+                qa[j], qb[j], qab[j], dd[j] = first_layer(qa0, qb0, qab0, d0, sw[i0 + j], sb[i0 + j])
+            elif in_domain(M, qa[j], qb[j], qab[j]):
+                qa[j], qb[j], qab[j], dd[j] = layer_step(qa[j], qb[j], qab[j], dd[j], sw[i0 + j], sb[i0 + j],
+                                                         alpha2, residual, general, M)
+            else:
+                live[j] = False
+                stopped += 1
+                status[i0 + j] = LEFT_TABLE
+                start[i0 + j] = layer
+                st_qa[i0 + j] = qa[j]
+                st_qb[i0 + j] = qb[j]
+                st_qab[i0 + j] = qab[j]
+                st_d[i0 + j] = dd[j]
+    return stopped
+
+
+@njit(inline="always", **OPTS)
+def _store(k, layer, i0, m, first, live, qa, qb, qab, dd, general, out_qa, out_qb, out_qab, out_d):
+    """Row k of the outputs at the block's points that have started (NaN for those that stopped)."""
+    for j in range(m):
+        if first[j] > 0 and layer >= first[j]:
+            out_qa[k, i0 + j] = qa[j] if live[j] else math.nan
+            out_qab[k, i0 + j] = qab[j] if live[j] else math.nan
+            out_d[k, i0 + j] = dd[j] if live[j] else math.nan
+            if general:
+                out_qb[k, i0 + j] = qb[j] if live[j] else math.nan
+
+
+@njit(inline="always", **OPTS)
+def _check(layer, i0, m, first, live, qa, qb, qab, dd, depth, status, last):
+    """point_status after a layer: UNDERFLOW records the last finite layer, OVERFLOW/DOMAIN stop the point.
+    Returns how many stopped."""
+    stopped = 0
+    for j in range(m):
+        if live[j] and layer >= first[j]:
+            code = point_status(qa[j], qb[j], qab[j], dd[j])
+            if code == UNDERFLOW:
+                if last[i0 + j] == depth:
+                    last[i0 + j] = layer - 1
+            elif code != OK:
+                live[j] = False
+                stopped += 1
+                status[i0 + j] = code
+                if last[i0 + j] == depth:
+                    last[i0 + j] = layer - 1
+    return stopped
+
+
+@njit(inline="always", **OPTS)
+def _finish(k, i0, m, first, live, qa, qb, qab, dd, store, stop, depth, general, out_qa, out_qb, out_qab, out_d,
+            start, st_qa, st_qb, st_qab, st_d, status, last):
+    """Rows after a stopped point's last are NaN; live points end OK/UNDERFLOW, or PAUSED with their state."""
+    for kk in range(k, store.shape[0]):
+        for j in range(m):
+            if first[j] > 0 and not live[j] and store[kk] >= first[j]:
+                out_qa[kk, i0 + j] = math.nan
+                out_qab[kk, i0 + j] = math.nan
+                out_d[kk, i0 + j] = math.nan
+                if general:
+                    out_qb[kk, i0 + j] = math.nan
+    for j in range(m):
+        if live[j]:
+            if stop < depth:
+                status[i0 + j] = PAUSED
+                if first[j] <= stop:     # else it has not started yet: start, st_* stay as they are
+                    start[i0 + j] = stop + 1
+                    st_qa[i0 + j] = qa[j]
+                    st_qb[i0 + j] = qb[j]
+                    st_qab[i0 + j] = qab[j]
+                    st_d[i0 + j] = dd[j]
+            else:
+                status[i0 + j] = UNDERFLOW if last[i0 + j] < depth else OK
+
+
+@njit(parallel=True, **OPTS)
+def recurse(sw, sb, qa0, qb0, qab0, d0, depth, stop, store, alpha2, residual, general, M,
+            start, st_qa, st_qb, st_qab, st_d, out_qa, out_qb, out_qab, out_d, status, last):
+    """Layers up to ``stop`` (<= depth) at every grid point (parallel over blocks of points, advanced layer by
+    layer); rows of out_* at layers ``store``. Callers run long recursions in chunks of layers (stop < depth)
+    so that Python can handle signals (Ctrl-C) between chunks; the chunked run is bit-identical to one call
+    with stop = depth.
+
+    Point i starts at layer start[i] (1: from the inputs; > 1: from the state st_*[i] of layer start[i] - 1;
+    0: skipped, nothing written). On return status[i] is (:mod:`.layout`) OK; OVERFLOW or DOMAIN (that
+    layer's value stored as is, later stored rows NaN); UNDERFLOW (done, gamma = 2 q12/d beyond float64
+    after layer last[i]; callers set last[i] = depth beforehand, the rows go on); LEFT_TABLE (stopped at a
+    layer where in_domain is False: start[i], st_*[i] hold the layer to continue from and the state before
+    it, later rows NaN until a continuation fills them); PAUSED (after layer stop < depth: start[i] =
+    stop + 1, st_*[i] hold layer stop). Rows of layers before start[i] are never touched. out_qb is written
+    only when general (else a placeholder)."""
+    n = sw.shape[0]
+    nstore = store.shape[0]
+    for blk in prange((n + BLOCK_POINTS - 1) // BLOCK_POINTS):
+        i0 = blk * BLOCK_POINTS
+        m = min(BLOCK_POINTS, n - i0)
+        qa = np.empty(BLOCK_POINTS)
+        qb = np.empty(BLOCK_POINTS)
+        qab = np.empty(BLOCK_POINTS)
+        dd = np.empty(BLOCK_POINTS)
+        first = np.zeros(BLOCK_POINTS, dtype=np.int64)
+        live = np.zeros(BLOCK_POINTS, dtype=np.bool_)
+        nlive, lmin = _load(i0, m, depth, start, st_qa, st_qb, st_qab, st_d, qa, qb, qab, dd, first, live)
+        k = 0
+        while k < nstore and store[k] < lmin:
+            k += 1
+        for layer in range(lmin, stop + 1):
+            if nlive == 0:
+                break
+            nlive -= _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, qa0, qb0, qab0, d0, alpha2,
+                              residual, general, M, start, st_qa, st_qb, st_qab, st_d, status)
+            if k < nstore and store[k] == layer:
+                _store(k, layer, i0, m, first, live, qa, qb, qab, dd, general, out_qa, out_qb, out_qab, out_d)
+                k += 1
+            nlive -= _check(layer, i0, m, first, live, qa, qb, qab, dd, depth, status, last)
+        _finish(k, i0, m, first, live, qa, qb, qab, dd, store, stop, depth, general, out_qa, out_qb, out_qab, out_d,
+                start, st_qa, st_qb, st_qab, st_d, status, last)

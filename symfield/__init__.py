@@ -8,6 +8,7 @@ recursions, finite width, IGB), ``simulate``, ``reports``/``io``, ``sweep`` and 
 stay importable, and each imports only from the layers before it (tests/test_layers.py).
 The theory is written up in docs/theory.md.
 """
+from symfield.core.errors import SymfieldError
 from symfield.core.version import __version__
 from symfield import init  # sf.init: EOC initialisers for JAX/Flax and PyTorch (lazy imports)
 from symfield.io import plots  # figures; matplotlib is imported only when one is drawn
@@ -24,20 +25,11 @@ from symfield.theory.finite_width import finite_width
 from symfield.theory.gram import GramFluctuations, gram_fluctuations
 from symfield.theory.jacobian import IsometryDiagram, JacobianSpectrum, isometry_diagram, jacobian_spectrum
 from symfield.theory.width_gain import WidthGain, width_gain
-from symfield.theory.fixedpoint import (
-    DepthEOC,
-    FixedPoints,
-    c_star,
-    eoc,
-    eoc_curve,
-    eoc_depth,
-    fixed_points,
-    neutrality,
-    phase,
-    q_star,
-    xi_c,
-    xi_q,
-)
+from symfield.theory.cstar import c_star
+from symfield.theory.eoc import DepthEOC, eoc, eoc_curve, eoc_depth
+from symfield.theory.neutrality import neutrality
+from symfield.theory.phases import phase, xi_c, xi_q
+from symfield.theory.qstar import FixedPoints, fixed_points, q_star
 from symfield.theory.maps import (
     C,
     V,
@@ -75,4 +67,6 @@ __all__ = [
     "plots",
     # initialisers and diagnosis of recorded networks (symfield/init.py)
     "init",
+    # the root of every exception symfield raises (symfield/core/errors.py)
+    "SymfieldError",
 ]

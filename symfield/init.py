@@ -27,7 +27,7 @@ from symfield.core.dataset import ToXarray, flags
 from symfield.simulate import finite_data_gamma
 from symfield.symbolic.activation import Activation, activation
 from symfield.theory.finite_width import finite_width
-from symfield.theory.fixedpoint import eoc, eoc_depth
+from symfield.theory.eoc import eoc, eoc_depth
 from symfield.theory.gram import gram_fluctuations
 from symfield.theory.maps import q_map
 from symfield.theory.propagate import propagate

@@ -95,7 +95,8 @@ def first_line(err) -> str:
 
 def _line_chunk(kind, act, sb, dps):
     """sigma_w2 of the EOC or neutrality line at each sigma_b2; failing points -> NaN + message."""
-    from symfield.theory.fixedpoint import eoc_curve, neutrality
+    from symfield.theory.eoc import eoc_curve
+    from symfield.theory.neutrality import neutrality
     fn = eoc_curve if kind == "eoc" else neutrality
     sb = np.asarray(sb, float)
     vals, errors, failed = None, [""] * sb.size, [False] * sb.size
@@ -532,7 +533,7 @@ def _assemble(store, kind):
         data = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
         data["sigma_b2"] = np.array(p["sigma_b2"], float)
     else:
-        from symfield.theory.fixedpoint import PHASES
+        from symfield.theory.phases import PHASES
         sw, sb = np.array(p["sigma_w2"], float), np.array(p["sigma_b2"], float)
         data = {"sigma_w2": sw, "sigma_b2": sb, "phases": np.asarray(PHASES)}
         for (a, b, c, d), arr in zip(m["chunks"], chunks):

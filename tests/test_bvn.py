@@ -58,18 +58,18 @@ def test_no_neutrality_decision_matches_scan():
     q grid; a psi that is not homogeneous (tanh) is still scanned."""
     import symfield as sf
     from symfield.symbolic.kernel import kernel
-    from symfield.theory import fixedpoint as fp
+    from symfield.theory import neutrality as fp
     K = kernel(sf.activation("relu", pool="max", k=2))
     from symfield.numeric.maps import maps
     N = maps(K)
-    assert fp._no_neutrality(K, N)
+    assert fp.no_neutrality(K, N)
     q = np.geomspace(0.011, 1e6, 40)
     for sb in (0.01, 0.2):
-        assert np.all(fp._neutral_residual(N, q[q > sb], sb)[1] > 0)
+        assert np.all(fp.neutral_residual(N, q[q > sb], sb)[1] > 0)
     sw, qs = fp.neutrality_line(K, np.array([0.05, 0.2]))
     assert np.isnan(sw).all() and np.isnan(qs).all()
     Kt = kernel("tanh")
-    assert not fp._no_neutrality(Kt, maps(Kt))
+    assert not fp.no_neutrality(Kt, maps(Kt))
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import symfield as sf
-import symfield.theory.fixedpoint
+import symfield.theory.phases
 from symfield.cli.main import main
 
 
@@ -137,7 +137,7 @@ def test_phase_netcdf_and_csv_hold_the_library_grid(tmp_path, capsys):
     with xr.open_dataset(tmp_path / "p.nc") as ds:
         np.testing.assert_array_equal(ds.codes.values, pd.codes)
         np.testing.assert_array_equal(ds.neutrality.values, pd.neutrality)
-        assert list(ds.phases.values) == list(symfield.theory.fixedpoint.PHASES) and ds.attrs["sigma_w2"] == "0.5:4:6"
+        assert list(ds.phases.values) == list(symfield.theory.phases.PHASES) and ds.attrs["sigma_w2"] == "0.5:4:6"
     params, rows = _csv((tmp_path / "p.csv").read_text())
     assert params["activation"] == "erf" and len(rows) == 24
     assert [r["phase"] for r in rows] == pd.labels.ravel().tolist()

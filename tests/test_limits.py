@@ -1,4 +1,4 @@
-"""The q -> inf limit maps (symfield.symbolic.limits) and what fixedpoint decides from them.
+"""The q -> inf limit maps (symfield.symbolic.limits) and what the fixed-point modules decide from them.
 
 Oracles: the limits of phi(x)/x worked by hand; the arc-cosine closed form of relu written here;
 mpmath quadrature of the defining integrals at large q (tests/oracles.py) for the neutrality cutoff's
@@ -12,7 +12,7 @@ import pytest
 import symfield as sf
 from symfield.symbolic.kernel import kernel
 from symfield.symbolic.limits import limit_kernel, linear_growth
-from symfield.theory import fixedpoint as fp
+from symfield.theory import neutrality as fp
 
 
 @pytest.mark.parametrize("act, ab", [("gelu", (0, 1)), ("silu", (0, 1)), ("softplus", (0, 1)), ("mish", (0, 1)),

@@ -8,7 +8,7 @@ import pytest
 
 import symfield as sf
 from symfield.reports.oracles import mp_expect1, mp_expect2
-from symfield.theory import fixedpoint as fp
+from symfield.theory import neutrality as fp
 
 
 def _oracle(V, C, sb, q0, dps):
@@ -65,7 +65,7 @@ def test_refinement_takes_few_full_precision_steps(monkeypatch):
 
 def test_unconverged_refinement_raises(monkeypatch):
     """A residual that cannot reach 10^-dps (maps with +-1e-12 noise) is refused, not returned."""
-    real, flips = fp._neutral_residual, []
+    real, flips = fp.neutral_residual, []
 
     def off(N, q, sb):
         sw, h = real(N, q, sb)
@@ -73,7 +73,7 @@ def test_unconverged_refinement_raises(monkeypatch):
             return sw, h
         flips.append(1)
         return sw, h + mpmath.mpf("1e-12") * (-1) ** len(flips)
-    monkeypatch.setattr(fp, "_neutral_residual", off)
+    monkeypatch.setattr(fp, "neutral_residual", off)
     with pytest.raises(ArithmeticError, match="neutrality"):
         sf.neutrality("erf", 0.2, dps=30)
 

@@ -184,7 +184,7 @@ def _flaky_eoc_curve(real):
 
 
 def test_failing_point_recorded_sweep_goes_on(tmp_path, capsys, monkeypatch, cluster):
-    import symfield.theory.fixedpoint as fp
+    import symfield.theory.eoc as fp
     from symfield.sweep import sweep
     monkeypatch.setattr(fp, "eoc_curve", _flaky_eoc_curve(fp.eoc_curve))
     sb = [0.1, 0.2, 0.3]

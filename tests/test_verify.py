@@ -159,7 +159,7 @@ def test_unstable_eoc_point_is_flagged(xerf_fast):
 
 def test_a_failure_outranks_inconclusive(monkeypatch):
     """A failed check with phases that cannot finish: status fail (not inconclusive), both recorded."""
-    import symfield.theory.fixedpoint as fp
+    import symfield.theory.phases as fp
     real = symfield.theory.maps.map_value
     monkeypatch.setattr(symfield.theory.maps, "map_value",
                         lambda act, name, *a, **kw: real(act, name, *a, **kw) * (1.001 if name == "V" else 1))
@@ -248,7 +248,7 @@ def test_cli_verify_pass_exits_0_and_help_documents_exit_codes(capsys):
 
 def test_an_inconsistent_eoc_point_fails(monkeypatch):
     """q* = 0 returned for phi(0) != 0 is not a fixed point: verify re-checks and fails."""
-    import symfield.theory.fixedpoint as fp
+    import symfield.theory.eoc as fp
     monkeypatch.setattr(fp, "eoc", lambda act, sb, dps=None: fp.EOC(sigma_b2=sb, sigma_w2=1.0, q_star=0.0))
     rep = verify("tanh(x) + 0.5", phase_seconds=0.01, n_mc=20_000)
     assert not rep.ok and all(c.ok for c in rep.checks)

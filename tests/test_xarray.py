@@ -12,7 +12,7 @@ import symfield as sf
 from symfield.core.version import __version__
 from symfield.io.output import save, save_result
 from symfield.simulate import class_gradients, simulate, simulate_jacobian
-from symfield.theory.fixedpoint import PHASES
+from symfield.theory.phases import PHASES
 from symfield.theory.gram import gram_fluctuations
 
 xr = pytest.importorskip("xarray")

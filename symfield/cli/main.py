@@ -209,7 +209,7 @@ def _finite(values, advice):
 def cmd_qstar(args):
     import mpmath
 
-    from symfield.theory.fixedpoint import q_star
+    from symfield.theory.qstar import q_star
     from symfield.theory.maps import chi1
     act = act_arg(args)
     qs = q_star(act, args.sigma_w2, args.sigma_b2, dps=args.dps)
@@ -222,7 +222,7 @@ def cmd_qstar(args):
 
 
 def cmd_eoc(args):
-    from symfield.theory.fixedpoint import eoc
+    from symfield.theory.eoc import eoc
     e = eoc(act_arg(args), args.sigma_b2, dps=args.dps)
     out = {k: getattr(e, k) for k in ("sigma_b2", "sigma_w2", "q_star")}
     slope, note = float(e.q_slope), getattr(e, "note", "")
@@ -241,7 +241,8 @@ def cmd_line(args):
     """eoc-curve and neutrality: one root per sigma_b2; a point without a line records its reason."""
     import numpy as np
 
-    from symfield.theory.fixedpoint import eoc, neutrality
+    from symfield.theory.eoc import eoc
+    from symfield.theory.neutrality import neutrality
     sb = parse_range(args.sigma_b2, "--sigma-b2")
     out, _ = _files(args)
     act = act_arg(args)
@@ -320,7 +321,7 @@ def cmd_phase(args):
 
     import numpy as np
 
-    from symfield.theory.fixedpoint import PHASES
+    from symfield.theory.phases import PHASES
     sw, sb = parse_range(args.sigma_w2, "--sigma-w2"), parse_range(args.sigma_b2, "--sigma-b2")
     out, plot = _files(args)
     t0 = time.perf_counter()

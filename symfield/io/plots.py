@@ -10,7 +10,7 @@ import numpy as np
 
 from symfield.simulate import finite_data_gamma
 from symfield.theory import igb
-from symfield.theory.fixedpoint import PHASES
+from symfield.theory.phases import PHASES
 from symfield.theory.maps import q_growth
 
 COLOURS = {  # ordered, EOC, chaotic, prejudice, neutrality

@@ -30,7 +30,7 @@ from symfield.numeric import chebyshev as cheb
 from symfield.numeric import shipped
 from symfield.numeric.quadrature import QuadratureError
 
-N, TOL, P_LO, P_HI, MAX_DEPTH = 16, 1e-13, -40, 40, 6     # [2^-40, 2^40] covers fixedpoint's [Q_MIN, Q_MAX]
+N, TOL, P_LO, P_HI, MAX_DEPTH = 16, 1e-13, -40, 40, 6     # [2^-40, 2^40] covers the fixed-point scans' [Q_MIN, Q_MAX]
 FIT = "dct2"    # coefficients by symfield.numeric.chebyshev (part of the cache key)
 
 

@@ -114,7 +114,8 @@ def _api():
     """The public calls the rows make (the child has imported the ``symfield`` facade, as a user does)."""
     from types import SimpleNamespace
 
-    from symfield.theory.fixedpoint import neutrality, phase
+    from symfield.theory.neutrality import neutrality
+    from symfield.theory.phases import phase
     from symfield.theory.maps import C
     from symfield.theory.phase_diagram import phase_diagram
     from symfield.theory.propagate import propagate

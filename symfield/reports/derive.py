@@ -34,7 +34,7 @@ from symfield.symbolic.distance import SinMinusTCos, distance
 from symfield.symbolic.formula import X as x
 from symfield.symbolic.integrals import GaussianIntegral, Kind
 from symfield.symbolic.kernel import kernel
-from symfield.theory.fixedpoint import eoc
+from symfield.theory.eoc import eoc
 from symfield.theory.maps import map_value
 
 q, q1, q2, q12 = G.q, G.q1, G.q2, G.q12

@@ -49,7 +49,8 @@ from symfield.symbolic.activation import kinks as find_kinks
 from symfield.symbolic.formula import FormulaError, parse
 from symfield.symbolic.formula import X as x
 from symfield.symbolic.kernel import MAPS, kernel
-from symfield.theory import fixedpoint as fp
+from symfield.theory import eoc as eoc_mod
+from symfield.theory import phases as phases_mod
 from symfield.theory import maps
 
 REL_TOL = 1e-9          # package vs mpmath, in the map's natural scale
@@ -424,7 +425,7 @@ def _eoc(rep, act, phi, dps):
     for sb in SIGMA_B2:
         row = dict(sigma_b2=sb, sigma_w2=None, q_star=None, q_slope=None, stable=None, status=NA, note="")
         try:
-            e = fp.eoc(act, sb)
+            e = eoc_mod.eoc(act, sb)
         except ArithmeticError as err:
             row.update(status=FAIL, note=f"root finding failed: {_line(err)}")
             rep.fail(f"EOC at sigma_b2 = {sb:g}: {_line(err)}")
@@ -503,7 +504,7 @@ def _phases(rep, act, seconds):
         where = f"phase at {label} (sigma_w2 = {sw:.4g}, sigma_b2 = {sb:g})"
         t = time.perf_counter()
         try:
-            p = call_with_cpu_limit(seconds, fp.phase, act, sw, sb, 1e-6, True)
+            p = call_with_cpu_limit(seconds, phases_mod.phase, act, sw, sb, 1e-6, True)
         except TimeLimitExceeded:
             row["note"] = f"not determined within {seconds:g} CPU seconds"
             rep.undetermined(f"{where}: not determined within {seconds:g} CPU seconds of its thread "

@@ -24,7 +24,7 @@ from symfield.symbolic.activation import Activation
 from symfield.symbolic.integrals import kinds
 from symfield.symbolic.kernel import kernel
 from symfield.symbolic.kernel_type import MAPS
-from symfield.theory.fixedpoint import dpsi2_at_fixed_point, q_star
+from symfield.theory.qstar import dpsi2_at_fixed_point, q_star
 
 
 def _num(func, name, value, dps, **rule):

@@ -1,7 +1,7 @@
 """Phase diagrams on (sigma_w2, sigma_b2) grids (Table 1 of Bassi et al.; docs/theory.md section 6).
 
 Every grid point is classified from its fixed points, computed for the whole grid at once
-(vectorised bracketing root finders of :mod:`symfield.theory.fixedpoint`): q* from the variance map,
+(vectorised bracketing root finders of :mod:`symfield.theory.qstar`, ``eoc``, ``cstar``, ``neutrality``): q* from the variance map,
 c* the stable fixed point of the c-map reached from c^(1), gamma* = c*/(1 - c*) and the slope
 chi1 = sigma_w2 E[psi'^2](q*). The EOC curve (chi1 = 1) and the neutrality line (c* = 1/2) are
 root-found per sigma_b2, never read off the grid.
@@ -17,7 +17,10 @@ from symfield.core import validate as check
 from symfield.core.dataset import ToXarray
 from symfield.symbolic.activation import Activation
 from symfield.symbolic.kernel import kernel
-from symfield.theory.fixedpoint import PHASES, eoc_point, neutrality_line, phase_fields, q_slope
+from symfield.theory.eoc import eoc_point
+from symfield.theory.neutrality import neutrality_line
+from symfield.theory.phases import PHASES, phase_fields
+from symfield.theory.qstar import q_slope
 from symfield.theory.propagate import propagate
 
 

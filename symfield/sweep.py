@@ -29,7 +29,7 @@ import uuid
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -39,6 +39,9 @@ from symfield.core.dataset import ToXarray, build
 from symfield.core.files import atomic_write, load_npz, npz_bytes, quarantine
 from symfield.core.version import provenance
 from symfield.core.progress import interactive, tqdm_class
+
+if TYPE_CHECKING:
+    from symfield.theory.phase_diagram import PhaseDiagram
 
 KINDS = ("eoc", "neutrality", "phase", "verify")
 FORMAT = "symfield-sweep/1"

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import TOL
 from symfield.core import files
-from test_cache_hostile import QSTAR, RELU, cache_warnings, check_relu, qstar_tanh, relu_module, run  # noqa: F401
+from test_cache_hostile import BUILD_1D, QSTAR, RELU, cache_warnings, check_relu, qstar_tanh, relu_module, run  # noqa: F401
 
 COMPILED = RELU.replace("m.V.py_func(M, 2.0)", "m.V(M, 2.0)")     # compiled: numba writes its cache files
 
@@ -159,7 +159,7 @@ def test_signed_tables_swapped_under_each_others_names_are_refused(tmp_path, mon
     are refused (one warning each) and rebuilt, and q* is right again."""
     monkeypatch.setenv("SYMFIELD_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("SYMFIELD_SHIPPED", "0")
-    assert run(QSTAR).returncode == 0
+    assert run(BUILD_1D).returncode == 0
     a, b = sorted((tmp_path / "cache" / "codegen" / "tables1d").glob("t1d_*.npz"))
     da, db = a.read_bytes(), b.read_bytes()
     a.write_bytes(db)

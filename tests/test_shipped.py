@@ -18,7 +18,7 @@ from conftest import TOL
 
 from symfield.numeric import shipped, table1d, tables
 from symfield.reports.ship_tables import MANIFEST, kernel_of
-from symfield.theory.fixedpoint import shipped_1d_name
+from symfield.numeric.maps import shipped_1d_name
 from test_cache_hostile import qstar_tanh  # noqa: F401  (mpmath oracle of tanh's q*)
 
 MAN = json.loads((shipped.DATA / MANIFEST).read_text())

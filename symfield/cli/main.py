@@ -493,7 +493,6 @@ def _one_number(text, name):
 def _spectrum_summary(spec, dps):
     """The numbers of a JacobianSpectrum as printed and recorded (moments at dps digits)."""
     m = spec.moments
-    mf = [float(v) for v in m]
     return {**{f"m{k}": v for k, v in enumerate(m, 1)}, "var": spec.var,
             "rel_var": spec.rel_var,
             "support": list(spec.support), "atoms": [list(a) for a in spec.atoms], "condition": spec.condition,

@@ -125,9 +125,10 @@ class Maps:
         if tab is None:
             K = self.K
             key = f"{name} {sp.srepr(K[name])} kinks {K.kinks!r}"
-            tab = Table1D.cached(self._direct[name], key, shipped_1d_name(K, name))
+            tab, refused = Table1D.cached(self._direct[name], key, shipped_1d_name(K, name))
             rent = self._rent1d[name]
-            if tab is None and (self.method == "table" or rent.worth(n, Table1D.BUILD_EVALS * rent.per_eval)):
+            # a refused (damaged) file was built by a process that found it worth building: rebuilt at once
+            if tab is None and (refused or self.method == "table" or rent.worth(n, Table1D.BUILD_EVALS * rent.per_eval)):
                 tab = Table1D(self._direct[name], key=key, ship=shipped_1d_name(K, name))
             if tab is None:
                 self.how[name] = "quadrature (1-D table not yet worth building)"
@@ -254,7 +255,7 @@ class Maps:
             return
         for a in T.starts(lo):
             try:
-                T.extend_to(a, min(hi, T.q_top))
+                T.ensure(a, min(hi, T.q_top))
                 return
             except NotCertified:
                 pass

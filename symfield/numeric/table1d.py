@@ -40,15 +40,16 @@ class Table1D:
 
     @classmethod
     def cached(cls, f, key, ship=None):
-        """The table of ``key`` (f outside its panels) from the disk cache or the shipped tables, or None
-        (nothing is built)."""
+        """(table, refused): the table of ``key`` (f outside its panels) from the disk cache or the shipped
+        tables, or None; ``refused`` is True when a file was there but failed its checks (moved aside, one
+        warning). Nothing is built."""
         self = cls.__new__(cls)
-        self.f, self.ship = f, ship
+        self.f, self.ship, self.refused = f, ship, False
         if self._load(_path(key)):
-            return self
+            return self, False
         if ship is not None and self._load(shipped.lookup("tables1d", ship_name(ship)), is_shipped=True):
-            return self
-        return None
+            return self, False
+        return None, self.refused
 
     def __init__(self, f, key=None, ship=None):
         """``key``: the disk-cache name; ``ship``: the stable name of a shipped table of the same map
@@ -89,6 +90,7 @@ class Table1D:
                 warn(f"shipped 1-D table ignored ({type(err).__name__}: {err}); building it", path)
             else:
                 quarantine(path, f"{type(err).__name__}: {err}")
+            self.refused = True
             return False
         self.lo, self.hi, self.coef, self.error = lo, hi, coef, error
         return True

@@ -20,7 +20,7 @@ import numpy as np
 import sympy as sp
 
 from symfield.core import timelimit, validate
-from symfield.symbolic.formula import FUNCTIONS, MAX_LENGTH, FormulaError, X, brief, parse, short
+from symfield.symbolic.formula import FUNCTIONS, MAX_LENGTH, FormulaError, X, brief, parse
 
 x = X
 

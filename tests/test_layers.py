@@ -163,3 +163,35 @@ def test_import_symfield_loads_neither_numba_nor_matplotlib():
                                         and ".git" not in p.parts and p.name != "test_layers.py"))
 def test_nothing_cites_a_file_outside_the_repository(path):
     assert "MATH.md" not in path.read_text(errors="replace"), f"{path} cites MATH.md; cite docs/theory.md"
+
+
+def _descent(fn):
+    """The symfield modules a call enters, in order (consecutive repeats collapsed), by sys.setprofile."""
+    seen = []
+
+    def prof(frame, event, arg):
+        if event == "call":
+            mod = frame.f_globals.get("__name__", "")
+            if mod.startswith("symfield") and (not seen or seen[-1] != mod):
+                seen.append(mod)
+    sys.setprofile(prof)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+@pytest.mark.parametrize("spec", ["tanh+max2", "tanh", "relu"])
+def test_propagate_is_one_descent_through_the_maps_engine(spec):
+    """sf.propagate validates, then hands the whole computation to the maps engine, which alone picks the
+    path (generated code, a table, quadrature): once the engine is entered, no theory module is entered again."""
+    import symfield as sf
+    name, _, pool = spec.partition("+")
+    act = sf.activation(name, pool="max", k=2) if pool else sf.activation(name)
+    sf.propagate(act, 1.5, 0.05, 3)                         # warm: compile, load tables
+    walk = _descent(lambda: sf.propagate(act, 1.5, 0.05, 3))
+    print(" -> ".join(m.removeprefix("symfield.") for m in walk))
+    i = walk.index("symfield.numeric.maps")
+    assert walk[0] == "symfield.theory.propagate"
+    assert not [m for m in walk[i:] if _layer(m) in ("theory", "reports", "io", "cli", "sweep")], walk

@@ -74,10 +74,13 @@ def _closed(K, dist, dps):
             return evaluate(dist.far, (Q1, Q2, Q12), (a, b, c), K.kinks, dps)
         a, b, c, dv = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (a, b, c, dv)))
         near = dv <= 0.5 * (a + b)
-        eq = evaluate(dist.near_eq, (Q, DD), (a, dv), K.kinks)
-        gen = evaluate(dist.near, (Q1, Q2, DD), (a, b, dv), K.kinks) if np.any(a != b) else eq
-        far = evaluate(dist.far, (Q1, Q2, Q12), (a, b, c), K.kinks)
-        return np.where(near, np.where(a == b, eq, gen), far)
+        out = np.empty(a.shape)
+        for sel, expr, syms, vals in ((near & (a == b), dist.near_eq, (Q, DD), (a, dv)),
+                                      (near & (a != b), dist.near, (Q1, Q2, DD), (a, b, dv)),
+                                      (~near, dist.far, (Q1, Q2, Q12), (a, b, c))):
+            if sel.any():       # each form only where it applies (the d-forms are not defined for d > 4q)
+                out[sel] = evaluate(expr, syms, tuple(v[sel] for v in vals), K.kinks)
+        return out
     return fn
 
 

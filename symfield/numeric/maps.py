@@ -129,7 +129,7 @@ class Maps:
             rent = self._rent1d[name]
             # a refused (damaged) file was built by a process that found it worth building: rebuilt at once
             if tab is None and (refused or self.method == "table" or rent.worth(n, Table1D.BUILD_EVALS * rent.per_eval)):
-                tab = Table1D(self._direct[name], key=key, ship=shipped_1d_name(K, name))
+                tab = Table1D(self._direct[name], key=key, ship=shipped_1d_name(K, name), load=False)
             if tab is None:
                 self.how[name] = "quadrature (1-D table not yet worth building)"
                 return None

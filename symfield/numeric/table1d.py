@@ -51,14 +51,15 @@ class Table1D:
             return self, False
         return None, self.refused
 
-    def __init__(self, f, key=None, ship=None):
+    def __init__(self, f, key=None, ship=None, load=True):
         """``key``: the disk-cache name; ``ship``: the stable name of a shipped table of the same map
-        (symfield.numeric.shipped), read when the cache has none."""
+        (symfield.numeric.shipped), read when the cache has none; ``load=False``: build (the caller has
+        looked in both, :meth:`cached`)."""
         self.f, self.ship = f, ship
         path = _path(key) if key is not None else None
-        if path is not None and self._load(path):
+        if load and path is not None and self._load(path):
             return
-        if ship is not None and self._load(shipped.lookup("tables1d", ship_name(ship)), is_shipped=True):
+        if load and ship is not None and self._load(shipped.lookup("tables1d", ship_name(ship)), is_shipped=True):
             return
         f = lambda t: self.f(2.0 ** t)
         panels = []

@@ -43,21 +43,29 @@ points a grid of spacing s_c/|c'|), inner z = (v - c'u)/s_c per row (unit panels
 points of v mapped per row).  Second term: u outer, t = v/s2 inner with per-row "bands" where
 P1, P2 change: the level-set boundaries of phi(c'u + j s_c) and (alpha + j s_c2)/c'' for the
 boundaries alpha of A(phi(u)), j in {0, +-1, +-2, +-3, +-4.5, +-6.5, +-9}.  c = 0: product of
-1-D maps; c = 1 with q1 = q2: C = V, dC = dpsi2; |c| = 1 otherwise: C at |c| (1 - 1e-13)
-(|dC/dq12| <= sqrt(dpsi2(q1) dpsi2(q2)), so the change is <= 1e-13 sqrt(q1 q2 dpsi2 dpsi2)),
-dC by adaptive Gauss-Kronrod of its 1-D integral.  Measured (tests/test_pool_levelsets.py and the runs in
-the issue report): against a rule of doubled resolution (16-point GL, half-step tanh-sinh), in the
-natural scale (C: sqrt(V(q1) V(q2)), 1-D maps: relative), for abs, cos, sin, gelu, silu, x^2 - x:
-<= 1e-12 for k <= 3 and |c| <= 0.99; for k = 8 (H^7 is steep) the 8-point rule reached 4e-10 (cos, c = -0.5),
-the 10-point rule 2e-14 there; at c = -0.999999 2e-11; 1-D maps <= 1e-13; against exact values (abs, x^2 via max|z|;
+1-D maps; c = 1 with q1 = q2: C = V, dC = dpsi2; |c| = 1 otherwise (also |c| rounding to >= 1): C at
+|c| (1 - 1e-13) (|dC/dq12| <= sqrt(dpsi2(q1) dpsi2(q2)), so the change is <= 1e-13 sqrt(q1 q2 dpsi2 dpsi2)),
+dC by adaptive Gauss-Kronrod of its 1-D integral.
+Near |c| = 1 (r = sqrt(1 - c^2) < CROSS_R = 0.1) H and P1 P2 change on the scale r / |D'| around the u where
+D = alpha_i/s1 - c beta_j/s2 vanishes for a boundary alpha_i of A(phi(u)) and beta_j of A(phi(c'u)) (standard
+units; not both the node's own): at phi's turning points and kinks (own meets mirror) and where mirror
+boundaries cross (q1 != q2).  These u are found by a scan (step SCAN_Z) and bisection and get BAND points, and
+the outer rule is adaptive Gauss-Kronrod (7, 15) (|K15 - G7| <= OUTER_TOL = 1e-12 of sum |K15| per panel,
+tanh-sinh panels at singular points kept); before, the outer rule did not converge there (x^2 - x, k = 2,
+(0.3, 3, 0.999999): 1.3e-9 of the scale off, 8/16/24 points 7.0437458375 / ...508 / ...428).
+Measured (tests/test_pool_levelsets.py and the runs in the issue report): against the exact reduction of
+x^2 - x at k = 2 to 1-D integrals (rotation of each input pair) at c in {0.5, 0.9, 0.99, 0.994, 0.995, 0.998,
+1 - 1e-4, 1 - 1e-6, 1 - 1e-8, -0.994, -0.999999}, q1/q2 in {1, 0.1, 10, 0.37}: C <= 1.1e-14, dC <= 5.3e-14 of
+the natural scale (C at |c| = 1: 2.3e-14).  Against a rule of doubled resolution (16-point GL, half-step
+tanh-sinh, outer tolerance / 100), in the natural scale (C: sqrt(V(q1) V(q2)), 1-D maps: relative), for abs,
+cos, sin, gelu, silu, x^2 - x, k in {2, 8}, (1, 1, -0.5), (2, 2, 0.3), (1, 1, 0.99), (1, 1, -0.999999),
+(0.3, 3, 0.999999): <= 3e-14 (C, k = 8, c = -0.5), <= 1e-15 at |c| -> 1; (the 8-point rule reached 4e-10 for
+cos, k = 8, c = -0.5, where H^7 is steep); 1-D maps <= 1e-13; against exact values (abs, x^2 via max|z|;
 Hoeffding's covariance formula for abs, x^2) <= 1e-12 (1-D), 1e-10 (C); monotone relu/tanh through
-this code against the order-statistic code <= 3e-12 (tanh) / 1e-14 (relu); |c| = 1 (C) 1e-11.  Known
-weak spot: |c| -> 1 with q1 != q2, where H has kinks (smoothed on the scale s_c) at the u where a
-mirror boundary of A(phi(u)) meets one of A(phi(c'u))/c' that are not outer breakpoints: measured
-8e-11 (gelu, k = 2, (q1, q2, c) = (0.3, 3, 0.999999)) and 2e-9 (x^2 - x there: the rule does not converge
-under refinement, 7.0437458375 / 7.0437458508 / 7.0437458428 at 8 / 16 / 24 points); an adaptive outer rule would remove it.  Cost: 1-D maps ~2-12 ms;
+this code against the order-statistic code <= 3e-12 (tanh) / 1e-14 (relu).  Cost (CPU): 1-D maps ~2-12 ms;
 C ~40-200 ms (abs, x^2 - x, gelu, |c| <= 0.5), up to ~1 s at c = 0.99 and for periodic phi with
-many pieces (cos, sin at q >> 1 are slower still); dC about half of C.
+many pieces (cos, sin at q >> 1 are slower still; cos, k = 2, (2, 2, 0.3): 2.6 s); near |c| = 1 the adaptive
+rule costs 2-4x the fixed one (x^2 - x, k = 2, (0.3, 3, 0.999999): 0.23 -> 0.9 s); dC about half of C.
 
 Flat pieces.  Where phi is constant (= y0) on an interval, ties have positive probability.  The
 formulas stay exact for integrands that vanish there (dpsi2, dV, dC always; V, mean, C after the

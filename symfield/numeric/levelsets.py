@@ -65,7 +65,8 @@ Hoeffding's covariance formula for abs, x^2) <= 1e-12 (1-D), 1e-10 (C); monotone
 this code against the order-statistic code <= 3e-12 (tanh) / 1e-14 (relu).  Cost (CPU): 1-D maps ~2-12 ms;
 C ~40-200 ms (abs, x^2 - x, gelu, |c| <= 0.5), up to ~1 s at c = 0.99 and for periodic phi with
 many pieces (cos, sin at q >> 1 are slower still; cos, k = 2, (2, 2, 0.3): 2.6 s); near |c| = 1 the adaptive
-rule costs 2-4x the fixed one (x^2 - x, k = 2, (0.3, 3, 0.999999): 0.23 -> 0.9 s); dC about half of C.
+rule costs 2-4x the fixed one (x^2 - x, k = 2, (0.3, 3, 0.999999): 0.23 -> 0.9 s; cos, (1, 1, 0.999999): 4.3 -> 15 s;
+sin, (0.3, 3, 0.999999): 49 -> 125 s, where the fixed rule's value moved by 1.1e-9); dC about half of C.
 
 Flat pieces.  Where phi is constant (= y0) on an interval, ties have positive probability.  The
 formulas stay exact for integrands that vanish there (dpsi2, dV, dC always; V, mean, C after the
@@ -77,7 +78,9 @@ exceeds 10^-N of the value.  C, dC (argmax_expect2_mp, any k, 0 < |c| < 1): the 
 tensor rules, H as the sum of bivariate normal CDFs over boundary pairs (theta form of Plackett's
 identity, fixed-point Gauss-Legendre), P1, P2 by mpmath.ncdf, three-degree error control of
 quadrature.controlled in the natural scale, else ArithmeticError.  c = 0 and c = 1 (q1 = q2) via the
-1-D maps; |c| = 1 otherwise refused.  Slow (pure-Python mpmath, ~1e5 nodes, 4 CDFs each for abs):
+1-D maps; |c| = 1 otherwise refused.  Its panels do not follow the crossing bands above, so near |c| = 1
+with q1 != q2 it does not converge (ArithmeticError after its halvings, or a very long run: x^2 - x, k = 2,
+(0.3, 3, 0.999999), dps=16 did not finish in 30 min).  Slow (pure-Python mpmath, ~1e5 nodes, 4 CDFs each for abs):
 measured abs+max2 C at dps=8 66 s, dC at dps=15 ~100 s, gelu+max2 dC at dps=10 180 s (q = 1, c = 0.5).
 """
 from __future__ import annotations

@@ -443,11 +443,13 @@ def test_unresolved_integrand_raises_arithmetic_error():
 @pytest.mark.parametrize("name,k,point,budget", [("relu", 2, (1.0, 1.0, 0.5), 10), ("tanh", 2, (1.0, 1.0, 0.5), 15),
                                                  ("tanh", 8, (1.0, 1.0, 0.5), 15), ("tanh", 2, (10.0, 10.0, -0.5), 60)])
 def test_timing_dps20(name, k, point, budget):
+    """The budget is CPU seconds of this process: wall-clock time also counts the other work on a shared
+    machine (tanh, k = 2, (10, 10, -0.5) took 64 s of wall time at a load of 4.6 on 2 cores)."""
     A = pool(name, "max", k)
     a, b, c = point
-    t = time.perf_counter()
+    t = time.process_time()
     sf.C(A, a, b, c * math.sqrt(a * b), dps=20)
-    assert time.perf_counter() - t < budget
+    assert time.process_time() - t < budget
 
 
 def test_homogeneous_array_C_is_the_scalar_table_path_vectorised():

@@ -303,7 +303,8 @@ def test_numpy_path_equals_generated_path():
                 np.testing.assert_allclose(x, y, rtol=1e-13, equal_nan=True)
 
 
-@pytest.mark.parametrize("method", ["quadrature", pytest.param("table", marks=pytest.mark.slow)])
+# table: builds tanh+max2 table panels, 295 s of CPU; 932 s of wall time on a shared machine (load ~10 on 2 cores)
+@pytest.mark.parametrize("method", ["quadrature", pytest.param("table", marks=[pytest.mark.slow, pytest.mark.timeout(1800)])])
 def test_tanh_max2_matches_the_mpmath_maps(method):
     """tanh + max2 (no closed form; order-statistic h_2 integrals): propagate's layers against the
     recursion of the mpmath maps sf.q_map / sf.qab_map at dps 20 (docs/theory.md section 4), to 1e-12."""

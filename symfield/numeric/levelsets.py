@@ -43,21 +43,30 @@ points a grid of spacing s_c/|c'|), inner z = (v - c'u)/s_c per row (unit panels
 points of v mapped per row).  Second term: u outer, t = v/s2 inner with per-row "bands" where
 P1, P2 change: the level-set boundaries of phi(c'u + j s_c) and (alpha + j s_c2)/c'' for the
 boundaries alpha of A(phi(u)), j in {0, +-1, +-2, +-3, +-4.5, +-6.5, +-9}.  c = 0: product of
-1-D maps; c = 1 with q1 = q2: C = V, dC = dpsi2; |c| = 1 otherwise: C at |c| (1 - 1e-13)
-(|dC/dq12| <= sqrt(dpsi2(q1) dpsi2(q2)), so the change is <= 1e-13 sqrt(q1 q2 dpsi2 dpsi2)),
-dC by adaptive Gauss-Kronrod of its 1-D integral.  Measured (tests/test_pool_levelsets.py and the runs in
-the issue report): against a rule of doubled resolution (16-point GL, half-step tanh-sinh), in the
-natural scale (C: sqrt(V(q1) V(q2)), 1-D maps: relative), for abs, cos, sin, gelu, silu, x^2 - x:
-<= 1e-12 for k <= 3 and |c| <= 0.99; for k = 8 (H^7 is steep) the 8-point rule reached 4e-10 (cos, c = -0.5),
-the 10-point rule 2e-14 there; at c = -0.999999 2e-11; 1-D maps <= 1e-13; against exact values (abs, x^2 via max|z|;
+1-D maps; c = 1 with q1 = q2: C = V, dC = dpsi2; |c| = 1 otherwise (also |c| rounding to >= 1): C at
+|c| (1 - 1e-13) (|dC/dq12| <= sqrt(dpsi2(q1) dpsi2(q2)), so the change is <= 1e-13 sqrt(q1 q2 dpsi2 dpsi2)),
+dC by adaptive Gauss-Kronrod of its 1-D integral.
+Near |c| = 1 (r = sqrt(1 - c^2) < CROSS_R = 0.1) H and P1 P2 change on the scale r / |D'| around the u where
+D = alpha_i/s1 - c beta_j/s2 vanishes for a boundary alpha_i of A(phi(u)) and beta_j of A(phi(c'u)) (standard
+units; not both the node's own): at phi's turning points and kinks (own meets mirror) and where mirror
+boundaries cross (q1 != q2).  These u are found by a scan (step SCAN_Z) and bisection and get BAND points, and
+the outer rule is adaptive Gauss-Kronrod (7, 15) (|K15 - G7| <= OUTER_TOL = 1e-12 of sum |K15| per panel,
+tanh-sinh panels at singular points kept); before, the outer rule did not converge there (x^2 - x, k = 2,
+(0.3, 3, 0.999999): 1.3e-9 of the scale off, 8/16/24 points 7.0437458375 / ...508 / ...428).
+Measured (tests/test_pool_levelsets.py and the runs in the issue report): against the exact reduction of
+x^2 - x at k = 2 to 1-D integrals (rotation of each input pair) at c in {0.5, 0.9, 0.99, 0.994, 0.995, 0.998,
+1 - 1e-4, 1 - 1e-6, 1 - 1e-8, -0.994, -0.999999}, q1/q2 in {1, 0.1, 10, 0.37}: C <= 1.1e-14, dC <= 5.3e-14 of
+the natural scale (C at |c| = 1: 2.3e-14).  Against a rule of doubled resolution (16-point GL, half-step
+tanh-sinh, outer tolerance / 100), in the natural scale (C: sqrt(V(q1) V(q2)), 1-D maps: relative), for abs,
+cos, sin, gelu, silu, x^2 - x, k in {2, 8}, (1, 1, -0.5), (2, 2, 0.3), (1, 1, 0.99), (1, 1, -0.999999),
+(0.3, 3, 0.999999): <= 3e-14 (C, k = 8, c = -0.5), <= 1e-15 at |c| -> 1; (the 8-point rule reached 4e-10 for
+cos, k = 8, c = -0.5, where H^7 is steep); 1-D maps <= 1e-13; against exact values (abs, x^2 via max|z|;
 Hoeffding's covariance formula for abs, x^2) <= 1e-12 (1-D), 1e-10 (C); monotone relu/tanh through
-this code against the order-statistic code <= 3e-12 (tanh) / 1e-14 (relu); |c| = 1 (C) 1e-11.  Known
-weak spot: |c| -> 1 with q1 != q2, where H has kinks (smoothed on the scale s_c) at the u where a
-mirror boundary of A(phi(u)) meets one of A(phi(c'u))/c' that are not outer breakpoints: measured
-8e-11 (gelu, k = 2, (q1, q2, c) = (0.3, 3, 0.999999)) and 2e-9 (x^2 - x there: the rule does not converge
-under refinement, 7.0437458375 / 7.0437458508 / 7.0437458428 at 8 / 16 / 24 points); an adaptive outer rule would remove it.  Cost: 1-D maps ~2-12 ms;
+this code against the order-statistic code <= 3e-12 (tanh) / 1e-14 (relu).  Cost (CPU): 1-D maps ~2-12 ms;
 C ~40-200 ms (abs, x^2 - x, gelu, |c| <= 0.5), up to ~1 s at c = 0.99 and for periodic phi with
-many pieces (cos, sin at q >> 1 are slower still); dC about half of C.
+many pieces (cos, sin at q >> 1 are slower still; cos, k = 2, (2, 2, 0.3): 2.6 s); near |c| = 1 the adaptive
+rule costs 2-4x the fixed one (x^2 - x, k = 2, (0.3, 3, 0.999999): 0.23 -> 0.9 s; cos, (1, 1, 0.999999): 4.3 -> 15 s;
+sin, (0.3, 3, 0.999999): 49 -> 125 s, where the fixed rule's value moved by 1.1e-9); dC about half of C.
 
 Flat pieces.  Where phi is constant (= y0) on an interval, ties have positive probability.  The
 formulas stay exact for integrands that vanish there (dpsi2, dV, dC always; V, mean, C after the
@@ -69,7 +78,9 @@ exceeds 10^-N of the value.  C, dC (argmax_expect2_mp, any k, 0 < |c| < 1): the 
 tensor rules, H as the sum of bivariate normal CDFs over boundary pairs (theta form of Plackett's
 identity, fixed-point Gauss-Legendre), P1, P2 by mpmath.ncdf, three-degree error control of
 quadrature.controlled in the natural scale, else ArithmeticError.  c = 0 and c = 1 (q1 = q2) via the
-1-D maps; |c| = 1 otherwise refused.  Slow (pure-Python mpmath, ~1e5 nodes, 4 CDFs each for abs):
+1-D maps; |c| = 1 otherwise refused.  Its panels do not follow the crossing bands above, so near |c| = 1
+with q1 != q2 it does not converge (ArithmeticError after its halvings, or a very long run: x^2 - x, k = 2,
+(0.3, 3, 0.999999), dps=16 did not finish in 30 min).  Slow (pure-Python mpmath, ~1e5 nodes, 4 CDFs each for abs):
 measured abs+max2 C at dps=8 66 s, dC at dps=15 ~100 s, gelu+max2 dC at dps=10 180 s (q = 1, c = 0.5).
 """
 from __future__ import annotations
@@ -113,29 +124,32 @@ def _de_rule(h=1 / 7, T=3.2):
 
 _DF, _DW = _de_rule()
 _DF2, _DW2 = _de_rule(1 / 14, 3.6)          # doubled resolution (tests)
-RES = {"gl": (_GT, _GW), "de": (_DF, _DW)}   # the active rules; `refined()` swaps in finer ones
+OUTER_TOL = 1e-12            # adaptive outer rule of the 2-D maps: |K15 - G7| <= OUTER_TOL * S per panel
+OUTER_LEVELS = 40            # ... at most this many halvings, else QuadratureError
+RES = {"gl": (_GT, _GW), "de": (_DF, _DW), "outer_tol": OUTER_TOL}   # the active rules; `refined()` swaps in finer ones
 
 
 class refined:
-    """Context manager: 16-point Gauss-Legendre and half-step tanh-sinh (a second resolution for tests)."""
+    """Context manager: 16-point Gauss-Legendre, half-step tanh-sinh and an outer tolerance 100 times
+    smaller (a second resolution for tests)."""
 
     def __enter__(self):
         self.saved = dict(RES)
         RES["gl"] = np.polynomial.legendre.leggauss(16)
         RES["de"] = (_DF2, _DW2)
+        RES["outer_tol"] = OUTER_TOL / 100
 
     def __exit__(self, *exc):
         RES.update(self.saved)
 
 
 # ---------------------------------------------------------------- composite rules on rows
-def rows_rule(E, S=None):
-    """Nodes of a composite rule on each row of edges E (R, M) (any order; duplicates allowed).
+def _panels(E, S=None):
+    """Panels of a composite rule on each row of edges E (R, M) (any order; duplicates allowed).
     S (R, m): singular points per row.  Edges within 1e-3 of a singular point count as singular;
-    panels with a singular end get tanh-sinh (measured: 5e-12 for (x + d)^0.05 with d <= 1e-2 on
-    [0, 1]); beyond the nearest other edge (distance d) the points S +- d 2^j (up to distance 1)
-    grade the mesh, so every Gauss-Legendre panel lies at least its own width away from S.
-    Returns flat arrays (row, x, w)."""
+    beyond the nearest other edge (distance d) the points S +- d 2^j (up to distance 1) grade the
+    mesh, so every regular panel lies at least its own width away from S.
+    Returns (a, width, singular), each (R, M'): left ends, widths (0: unused), a singular end."""
     tol = 1e-3
     sing_pts = []
     if S is not None and S.size:
@@ -159,6 +173,14 @@ def rows_rule(E, S=None):
         wid = np.where(np.isnan(wid), 0.0, wid)                 # nan points (unused singular slots) sort last
         for sj in sing_pts:
             sing |= (np.abs(a - sj) <= tol) | (np.abs(b - sj) <= tol)
+    return a, wid, sing
+
+
+def rows_rule(E, S=None):
+    """Nodes of a composite rule on each row of edges E (R, M) with singular points S (R, m) (see
+    :func:`_panels`): Gauss-Legendre on regular panels, tanh-sinh on panels with a singular end
+    (measured: 5e-12 for (x + d)^0.05 with d <= 1e-2 on [0, 1]).  Returns flat arrays (row, x, w)."""
+    a, wid, sing = _panels(E, S)
     T, W = RES["gl"]
     r, p = np.nonzero((wid > 0) & ~sing)
     a0, hw = a[r, p], 0.5 * wid[r, p]
@@ -521,7 +543,7 @@ def argmax_expect2(f, g, q1, q2, q12, k, lv, argmax_only=False):
         return a * b / k if argmax_only else a * b
     if r < 1e-150 and c > 0 and s1 == s2:      # v = u: A = B, H(a, a) = F(a)
         return argmax_expect1(lambda x: np.asarray(f(x), float) * np.asarray(g(x), float), s1 * s1, k, lv)
-    if r < 1e-150:
+    if r < 1e-150 or abs(c) >= 1:             # |c| = 1 (q12 = +-sqrt(q1 q2), up to its rounding)
         if argmax_only:
             return _argmax_edge(f, g, s1, s2, c, k, lv)
         c = math.copysign(1 - C_EDGE, c)
@@ -560,13 +582,78 @@ def _merge(hard, soft, tol):
     return np.union1d(hard, np.asarray(keep, float))
 
 
-def _outer(s1, lv, extra=(), tol=0.0):
-    """Outer rule in z1 = u/s1: (u, weight including n(z1)); soft points closer than tol merged."""
+SCAN_Z = 1 / 16              # scan step (standard units of u) of the boundary crossings, see _crossing_grid
+CROSS_R = 0.1                # r = sqrt(1 - c^2) below which the outer rule gets these points and is adaptive
+
+
+def _boundaries(lv, x, s):
+    """Active boundaries of A(phi(x)) in standard units x/s: (B (n, 2P), mask (n, 2P), own (n, 2P))."""
+    LO, HI = lv.bounds(np.asarray(lv.phi(x), float), own=x, lo=-L_DOM * s, hi=L_DOM * s)
+    B, _, M = _active(lv.clip(LO, s), lv.clip(HI, s))
+    M &= np.isfinite(B)
+    return B, M, B == (x / s)[:, None]
+
+
+def _crossing_gap(lv, u, s1, s2, c):
+    """D[n, i, j] = alpha_i/s1 - c beta_j/s2 for the boundaries alpha_i of A(phi(u)), beta_j of A(phi(c'u))
+    (nan where a boundary is inactive or both are the node's own)."""
+    Ba, Ma, Oa = _boundaries(lv, u, s1)
+    Bb, Mb, Ob = _boundaries(lv, c * s2 / s1 * u, s2)
+    with np.errstate(invalid="ignore"):
+        D = Ba[:, :, None] - c * Bb[:, None, :]
+    ok = Ma[:, :, None] & Mb[:, None, :] & ~(Oa[:, :, None] & Ob[:, None, :])
+    return np.where(ok, D, np.nan)
+
+
+def _crossing_grid(lv, s1, s2, c, r):
+    """Outer points (units of s1) around the u where a boundary alpha_i of A(phi(u)) meets c beta_j of A(phi(v)),
+    v = c'u (standard units; the node's own pair excepted).  Near |c| = 1, H (through F(alpha_i, beta_j; c))
+    and P1 P2 change there on the scale r / |dD/du|: a kink of H at |c| = 1, smoothed on a width the outer
+    panels need not resolve.  Crossings found on a scan of step SCAN_Z and refined by bisection, and the
+    turning points and kinks of phi (where the node's own boundary meets its mirror, slope ~2): BAND points
+    at that scale around each."""
+    turn = _mapped_grid(lv.plain, r * s1 / 2, 1.0, s1)
+    z = np.arange(-L_INT, L_INT + SCAN_Z / 2, SCAN_Z)
+    D = _crossing_gap(lv, s1 * z, s1, s2, c)
+    with np.errstate(invalid="ignore"):
+        n, i, j = np.nonzero(D[:-1] * D[1:] <= 0)
+    if not n.size:
+        return turn
+    a, b = z[n], z[n + 1]
+    da, db = D[n, i, j], D[n + 1, i, j]
+    slope = np.abs(db - da) / SCAN_Z
+    for _ in range(40):
+        m = 0.5 * (a + b)
+        dm = _crossing_gap(lv, s1 * m, s1, s2, c)[np.arange(m.size), i, j]
+        left = np.isfinite(dm) & (np.sign(dm) == np.sign(da))
+        a, da = np.where(left, m, a), np.where(left, dm, da)
+        b = np.where(left, b, m)
+    zc = 0.5 * (a + b)
+    with np.errstate(divide="ignore"):
+        w = np.minimum(r / slope, 1.0 / 9)
+    return np.concatenate([turn, _inside((zc[:, None] + BAND[None, :] * w[:, None]).ravel())])
+
+
+def _outer_sum(fn, s1, lv, extra=(), tol=0.0, adaptive=False):
+    """The outer integral over z1 = u/s1: the sum over its nodes of fn(u, w) (fn returns per-node values and
+    folds the weight w it is handed in: n(z1) times the rule's weight).  Edges: the hard points (plain and
+    singular points of phi, +-L_INT) and the soft ones (grids, ``extra``) farther than tol from every kept
+    point; tanh-sinh on panels with a singular end; on the others Gauss-Legendre, or with ``adaptive``
+    Gauss-Kronrod (7, 15) to RES["outer_tol"] (features of H narrower than the panels, near |c| = 1, are
+    found by halving)."""
     sing1 = _inside(lv.sing / s1)
     hard = np.concatenate([_inside(lv.plain / s1), sing1, [-L_INT, L_INT]])
     E = _merge(hard, np.concatenate([_grid_edges(s1, lv.h), *extra]), tol)
-    _, zo, wo = rows_rule(E[None, :], sing1[None, :])
-    return s1 * zo, wo * np.exp(-0.5 * zo * zo) / _SQ2PI
+    if not adaptive:
+        _, zo, wo = rows_rule(E[None, :], sing1[None, :])
+        return float(np.sum(fn(s1 * zo, wo * np.exp(-0.5 * zo * zo) / _SQ2PI)))
+    a, wid, sing = (x[0] for x in _panels(E[None, :], sing1[None, :]))
+    DF, DW = RES["de"]
+    ts = (wid > 0) & sing
+    zs, ws = (a[ts][:, None] + wid[ts][:, None] * DF).ravel(), (wid[ts][:, None] * DW).ravel()
+    gk = (wid > 0) & ~sing
+    return adaptive_gk(lambda z: fn(s1 * z, np.exp(-0.5 * z * z) / _SQ2PI), (a[gk], a[gk] + wid[gk]),
+                       RES["outer_tol"], max_level=OUTER_LEVELS, fixed=(zs, ws))
 
 
 _NCH = 20                    # Chebyshev points per panel of the row tables
@@ -667,9 +754,17 @@ def _term1(f, g, s1, s2, c, r, k, lv):
         if s2 > lv.h and max(lv.h, sc) < NARROW * abs(cp) * s1:   # g's activation grid seen through c'
             span = min(R_ACT, L_INT * abs(cp) * s1)
             extra.append(_inside(np.arange(-span, span + 1e-9, max(lv.h, sc)) / cp / s1))
-    u, wo = _outer(s1, lv, extra, tol=0.3 * min(1.0, sc / abs(cp) / s1))
+    if r < CROSS_R:
+        extra.append(_crossing_grid(lv, s1, s2, c, r))
+    return _outer_sum(lambda u, wo: _term1_rows(f, g, u, wo, s1, s2, c, r, k, lv), s1, lv, extra,
+                      tol=0.3 * min(1.0, sc / abs(cp) / s1), adaptive=r < CROSS_R)
+
+
+def _term1_rows(f, g, u, wo, s1, s2, c, r, k, lv):
+    """Per outer node u (outer weight wo): wo times the inner integral of term 1 over z = (v - c'u)/s_c."""
+    cp, sc = c * s2 / s1, s2 * r
+    spec = np.concatenate([lv.plain, lv.sing])
     R = u.size
-    # inner rows: z = (v - c'u)/s_c
     cols = [np.broadcast_to(np.arange(-L_INT, L_INT + 0.5), (R, int(2 * L_INT) + 1))]
     if spec.size:
         cols.append((spec[None, :] - cp * u[:, None]) / sc)
@@ -689,7 +784,8 @@ def _term1(f, g, s1, s2, c, r, k, lv):
     if k > 1:
         sel = _prune(val)
         val = val[sel] * _h_at(lv, u, rows, v, s1, s2, c, sel) ** (k - 1)
-    return float(np.sum(val))
+        rows = rows[sel]
+    return np.bincount(rows, weights=val, minlength=R)
 
 
 def _prune(val, rel=1e-17):
@@ -741,7 +837,17 @@ def _term2(f, g, s1, s2, c, r, k, lv):
         LO, HI = lv.roots(*lv.bounds(np.asarray(lv.phi(y), float), own=y))
         w_ = np.concatenate([LO.ravel(), HI.ravel()])
         extra.append(_inside(w_[np.isfinite(w_)] / s1))
-    u, wo = _outer(s1, lv, extra, tol=0.3 * min(1.0, sc / abs(cp) / s1, sc2 / s1))
+    if r < CROSS_R:
+        extra.append(_crossing_grid(lv, s1, s2, c, r))
+    return _outer_sum(lambda u, wo: _term2_rows(f, g, u, wo, s1, s2, c, r, k, lv), s1, lv, extra,
+                      tol=0.3 * min(1.0, sc / abs(cp) / s1, sc2 / s1), adaptive=r < CROSS_R)
+
+
+def _term2_rows(f, g, u, wo, s1, s2, c, r, k, lv):
+    """Per outer node u (outer weight wo): wo times the inner integral of term 2 over t = v/s2."""
+    cp, sc = c * s2 / s1, s2 * r
+    cpp, sc2 = c * s1 / s2, s1 * r
+    bands1, bands2 = sc < NARROW * s2, sc2 < NARROW * abs(cpp) * s2
     R = u.size
     a = np.asarray(lv.phi(u), float)
     LOu, HIu = lv.bounds(a, own=u, lo=-L_DOM * s1, hi=L_DOM * s1)
@@ -783,7 +889,8 @@ def _term2(f, g, s1, s2, c, r, k, lv):
     if k > 2:
         sel = _prune(val)
         val = val[sel] * _h_at(lv, u, rows, v, s1, s2, c, sel) ** (k - 2)
-    return float(np.sum(val))
+        rows = rows[sel]
+    return np.bincount(rows, weights=val, minlength=R)
 
 
 def _argmax_edge(f, g, s1, s2, c, k, lv):
@@ -814,30 +921,40 @@ _WK = np.array([0.022935322010529, 0.063092092629979, 0.104790010322250, 0.14065
 _WG = np.array([0.129484966168870, 0.279705391489277, 0.381830050505119, 0.417959183673469])
 
 
-def adaptive_gk(fun, edges, tol, max_level=60):
-    """Vectorised adaptive Gauss-Kronrod (7, 15) on the panels between `edges`: panels whose
-    |K15 - G7| exceeds tol * (sum of |K15| over all panels) are halved, level by level."""
+def adaptive_gk(fun, edges, tol, max_level=60, fixed=None):
+    """Vectorised adaptive Gauss-Kronrod (7, 15) on the panels between `edges` (or on the panels (a, b)
+    when `edges` is a pair of arrays): panels whose |K15 - G7| exceeds tol * S are halved, level by level,
+    S = the sum of |K15| over the first level's panels (and of |w f| over `fixed`).  `fixed` = (x, w):
+    nodes of another rule, evaluated with the first level and added.  QuadratureError when panels are
+    still unresolved after max_level halvings."""
     xk = np.concatenate([-_XK[:-1], _XK[::-1]])
     wk = np.concatenate([_WK[:-1], _WK[::-1]])
     wg = np.zeros(15)
     wg[1::2] = np.concatenate([_WG[:-1], _WG[::-1]])
-    a, b = np.asarray(edges[:-1], float), np.asarray(edges[1:], float)
+    if isinstance(edges, tuple):
+        a, b = (np.asarray(e, float) for e in edges)
+    else:
+        a, b = np.asarray(edges[:-1], float), np.asarray(edges[1:], float)
+    xf, wf = (np.asarray(e, float) for e in fixed) if fixed is not None else (np.empty(0), np.empty(0))
     total, scale = 0.0, None
     for _ in range(max_level):
         hw = 0.5 * (b - a)
         x = (0.5 * (a + b))[:, None] + hw[:, None] * xk[None, :]
-        fx = np.asarray(fun(x.ravel()), float).reshape(x.shape)
-        K = hw * (fx @ wk)
-        G = hw * (fx @ wg)
+        fx = np.asarray(fun(np.concatenate([x.ravel(), xf])), float)
+        K = hw * (fx[:x.size].reshape(x.shape) @ wk)
+        G = hw * (fx[:x.size].reshape(x.shape) @ wg)
         if scale is None:
-            scale = max(np.sum(np.abs(K)), 1e-300)
+            fw = wf * fx[x.size:]
+            total, scale = float(np.sum(fw)), max(np.sum(np.abs(K)) + np.sum(np.abs(fw)), 1e-300)
+            xf = np.empty(0)
         bad = np.abs(K - G) > tol * scale
         total += np.sum(K[~bad])
         if not bad.any():
             return total
         m = 0.5 * (a[bad] + b[bad])
         a, b = np.concatenate([a[bad], m]), np.concatenate([m, b[bad]])
-    return total + np.sum(K[bad])
+    raise QuadratureError(f"adaptive Gauss-Kronrod: {a.size} panels near {np.unique(np.round(a, 6))[:4]} "
+                          f"unresolved after {max_level} halvings (error estimate above {tol:g} of the scale)")
 
 
 # ---------------------------------------------------------------- mpmath, 1-D maps

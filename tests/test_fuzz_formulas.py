@@ -90,6 +90,7 @@ def test_fuzzed_formulas_many(monkeypatch):
 @pytest.mark.parametrize("text", ["exp(exp(exp(x-7)))", "exp(exp(exp(x)))", "x+((((10**30)**64)**64)**64)**64",
                                   "max(2**-11**-44, x)", "x+exp(exp(467071))", "(((x**64)**64)**64)**64"])
 def test_reported_formulas_are_refused_in_one_line_at_once(text):
-    t0 = time.perf_counter()
+    """Refused before any expensive work: a CPU-time guard against runaway work (not a speed claim)."""
+    t0 = time.process_time()
     assert outcome(text) == "refused"
-    assert time.perf_counter() - t0 < 2.0
+    assert time.process_time() - t0 < 2.0

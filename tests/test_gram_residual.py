@@ -1,6 +1,5 @@
 """Residual blocks at finite width (sf.gram_fluctuations(residual=alpha), docs/theory.md 9.3): the
 four-point pair rule against independent oracles, the exact linear case, and seeded simulations."""
-import mpmath as mp
 import numpy as np
 import pytest
 

@@ -12,7 +12,6 @@ V = q (1 + 2/pi), dpsi2 = 1), the float64 level-set rule, seeded Monte Carlo; th
 slow (minutes), so its cases are marked slow.
 """
 import math
-import time
 import warnings
 
 import mpmath as mp
@@ -573,11 +572,3 @@ def test_two_dimensional_against_float64_and_monte_carlo(name, phi, dphi):
         assert abs(got - est) <= TOL["mc_sigmas_strict"] * se, (m, got, est, se)
 
 
-# ---------------------------------------------------------------- cost
-def test_non_monotone_covariance_timing():
-    act = nm("abs", 2)
-    sf.C(act, 1.0, 1.0, 0.3)
-    for c in (0.5, -0.5):
-        t = time.process_time()
-        sf.C(act, 1.0, 1.0, c)
-        assert time.process_time() - t < 0.5

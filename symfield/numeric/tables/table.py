@@ -29,7 +29,9 @@ from symfield.numeric.tables.geometry import E0, Panel, panel_of, q_top
 from symfield.numeric.tables.pack import pack
 from symfield.symbolic.integrals import Kind, kinds
 
-BUILD_GUESS = {"polar": 2.0, "rule": 60.0, "quadrature": 150.0}   # seconds per panel before one was timed
+# seconds per panel before one was timed: general-kind q-panels by node evaluator (tanh+max2 by the max-pool
+# rule: ~140 s measured), and the one theta-table of a homogeneous kind (relu+max2: ~3 s)
+BUILD_GUESS = {"polar": 2.0, "rule": 60.0, "quadrature": 150.0, "homogeneous": 5.0}
 
 
 def analyse(K):
@@ -101,7 +103,7 @@ class Table(TableBuilder):
         """The measured build time per panel, else a guess by the node evaluator's kind (BUILD_GUESS)."""
         if self.panels and self.info["build_seconds"] > 0:
             return self.info["build_seconds"] / len(self.panels)
-        return BUILD_GUESS[self._evaluator_kind()]
+        return BUILD_GUESS["homogeneous" if self.kind == "homogeneous" else self._evaluator_kind()]
 
     def could_cover(self, q1, q2) -> np.ndarray:
         """Points a table of this kind can evaluate once built: any norms (homogeneous), else equal norms

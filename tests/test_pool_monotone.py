@@ -13,7 +13,6 @@ argmax-decomposition tensor oracle of tests/test_tables.py (another formula and 
 Symbolic kernels and identities: tests/test_pool_kernels.py.
 """
 import math
-import statistics
 import time
 
 import mpmath as mp
@@ -187,25 +186,6 @@ def test_relu_max2_fast_C_all_norms():
         for c in (0.99, 0.5, -0.5, -0.99):
             ref = Q.max_expect2(relu, relu, q1, q2, c * sq, 2, kinks=[0.0])
             assert abs(sf.C(RELU2, q1, q2, c * sq) - ref) <= 1e-11 * sq * v1
-
-
-def _median_call(act, args, n=50):
-    ts = []
-    for _ in range(n):
-        t = time.perf_counter()
-        sf.C(act, *args)
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
-
-
-def test_relu_max2_timing_vs_quadrature():
-    sf.C(RELU2, 1.0, 1.0, 0.5)                         # warm-up: table loaded (or built, ~3 s)
-    fast = _median_call(RELU2, (1.0, 1.3, 0.5))
-    t = time.perf_counter()
-    Q.max_expect2(relu, relu, 1.0, 1.3, 0.5, 2, kinks=[0.0])
-    slow = time.perf_counter() - t
-    print(f"relu+max2 sf.C {fast * 1e6:.0f} us, quadrature {slow * 1e3:.1f} ms, ratio {slow / fast:.0f}")
-    assert fast < 1e-3 and slow / fast > 10
 
 
 def test_tanh_max2_unequal_norms_falls_back_to_quadrature():

@@ -39,7 +39,7 @@ from symfield.symbolic.kernel_type import Kernel
 ONE_D = ("V", "dpsi2", "mean", "dV")
 TABLE_1D = ("V", "dpsi2")          # 1-D maps that get a table when they are integrals
 METHODS = ("auto", "table", "quadrature")
-PYTHON_POINTS = 2000               # table lookups below this many points run as plain Python (no compilation)
+COMPILE_SECONDS = 3.0              # loading the compiled table module (numba's cache warm: less; cold: more)
 _MAPS: dict = caches.memo()
 
 
@@ -94,6 +94,7 @@ class Maps:
         self._t1d: dict = {}
         self._rent1d = {name: _Rental(1e-4) for name in TABLE_1D}
         self._rent2d = _Rental(0.01)
+        self._rent_compile = _Rental(4e-4)   # table lookups as plain Python until compiling pays (rent or buy)
 
     # ------------------------------------------------------------------ quadrature / closed forms
     @cached_property
@@ -205,14 +206,18 @@ class Maps:
         return out.reshape(shape)
 
     def _lookup(self, name, *args):
-        """Table values at flat arrays: compiled when the table module is loaded or the request is large,
-        else the same functions as plain Python (no compilation for a few points)."""
-        M = self.table.arrays()
-        if codegen.table_module_loaded() or args[0].size > PYTHON_POINTS:
+        """Table values at flat arrays: compiled once the table module is loaded or loading it pays (the same
+        rent-or-buy rule: plain-Python lookups, ~0.3 ms each for a general table, until their total would
+        pass COMPILE_SECONDS), else the same functions as plain Python (no compilation for a few points)."""
+        M, n = self.table.arrays(), args[0].size
+        if self.table.kind == "homogeneous":
+            self._rent_compile.per_eval = min(self._rent_compile.per_eval, 1e-5)   # one Chebyshev row: cheap
+        if codegen.table_module_loaded() or self._rent_compile.worth(n, COMPILE_SECONDS):
             fn = getattr(codegen.table_module(), f"{name}_many")
             return fn(M, *(np.ascontiguousarray(v) for v in args))
         fn = getattr(table_maps, name)
-        return np.array([fn(M, *map(float, vals)) for vals in zip(*args)], dtype=float)
+        return self._rent_compile.timed(lambda: np.array([fn(M, *map(float, vals)) for vals in zip(*args)],
+                                                         dtype=float), n)
 
     def C(self, q1, q2, q12):
         T = self.table

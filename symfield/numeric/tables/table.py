@@ -118,8 +118,9 @@ class Table(TableBuilder):
         ok = self.could_cover(q1, q2)
         if self.kind == "homogeneous":
             return ok & bool(self.panels)
-        ps = np.array([panel_of(float(v)) if o else -1 for v, o in zip(np.ravel(q1), np.ravel(ok))])
-        return ok & np.isin(ps, list(self.panels)).reshape(np.shape(ok))
+        q = np.where(ok, q1, 1.0)
+        ps = np.where(q < 2.0 ** E0, 0, np.frexp(q)[1] - E0)      # panel_of, vectorised
+        return ok & np.isin(ps, list(self.panels))
 
     def panels_needed(self, q_lo: float, q_hi: float) -> int:
         """How many panels a build covering [q_lo, q_hi] (contiguously with those present) would add."""

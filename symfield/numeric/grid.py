@@ -159,8 +159,7 @@ def run_numpy(maps, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, 
     """The recursion with NumPy arrays and the engine's maps ``maps.V/C/D`` (quadrature), over all points or
     the points ``idx`` continuing from layer ``start`` with ``state`` (the values of layer start - 1),
     writing into ``out``."""
-    first_layer, layer_step = codegen.step_functions(lambda M, q: maps.V(q), lambda M, a, b, c: maps.C(a, b, c),
-                                                     lambda M, a, b, c, d: maps.D(a, b, c, d))
+    first_layer, layer_step = maps.step()
     if out is None:
         out = outputs(store.size, sw.size, True, depth, lambda shape: np.full(shape, np.nan))
     rows, status, last = out

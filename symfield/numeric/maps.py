@@ -61,6 +61,13 @@ def shipped_1d_name(K: Kernel, what: str) -> str:
     return f"{what} of {sp.srepr(K.act.expr)} pool {K.act.pool} k {K.act.k} kinks {tuple(K.kinks)!r}"
 
 
+def _step(M):
+    """The one recursion's (first_layer, layer_step) run as plain Python on the maps of engine M (any number
+    type: NumPy arrays in float64, mpmath numbers at dps)."""
+    return codegen.step_functions(lambda _, q: M.V(q), lambda _, a, b, c: M.C(a, b, c),
+                                  lambda _, a, b, c, d: M.D(a, b, c, d))
+
+
 class _Rental:
     """The ski rental of one table: quadrature seconds spent so far, and the rule that says when building
     pays. ``per_eval`` is the measured quadrature cost of one evaluation (a guess until measured)."""
@@ -308,6 +315,10 @@ class Maps:
                               "plain difference V + V - 2C of the table; gamma loses digits once 1 - c < ~1e-8"))
         return out, status, last, "numba-table" + ("+numpy-quadrature" if n_quad else ""), T.error, info
 
+    def step(self):
+        """(first_layer, layer_step) of the recursion on these maps (:func:`_step`)."""
+        return _step(self)
+
     def _distance_note(self):
         r = self._distance
         return r.method + ("" if r.exact else "; gamma loses digits once 1 - c < ~1e-8")
@@ -357,3 +368,7 @@ class MpMaps:
     def D(self, q1, q2, q12, d):
         self.how.setdefault("D", self._distance.method)
         return self._distance.fn(q1, q2, q12, d)
+
+    def step(self):
+        """(first_layer, layer_step) of the recursion on these maps (:func:`_step`)."""
+        return _step(self)

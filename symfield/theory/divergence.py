@@ -7,8 +7,8 @@ by least squares and report the law with the smaller root-mean-square residual; 
 gamma converges: its last step is below 1e-8 gamma, or its steps shrink geometrically at a
 constant ratio (then gamma* is the geometric extrapolation). gamma = 2 q12/d is computed from the distance d = q_aa + q_bb - 2 q_ab, which has its own map
 (symfield.numeric.distance), so it keeps its digits at any size. Closed-form maps are iterated in mpmath
-(``dps`` digits, default 40; the layer step of :mod:`symfield.numeric.kernels.recursion` run by
-:func:`symfield.numeric.codegen.step_functions`), where gamma never overflows; maps without a closed form
+(``dps`` digits, default 40; the one layer step, run by the maps engine in its mpmath context), where gamma
+never overflows; maps without a closed form
 use the float64 recursion of :func:`symfield.propagate` (layers whose gamma overflowed float64 are left out
 of the fit, and, where the distance map is only the plain difference V + V - 2C, layers with 1 - c < 1e-11).
 """
@@ -21,7 +21,6 @@ import numpy as np
 
 from symfield.core import validate as check
 from symfield.core.errors import PrecisionError
-from symfield.numeric import codegen
 from symfield.numeric.evaluate import to_mpf
 from symfield.numeric.maps import maps
 from symfield.symbolic.activation import Activation
@@ -42,20 +41,12 @@ class Divergence:
     precision: str            # "mpmath(dps)" or "float64"
 
 
-def _mp_step(K, dps):
-    """The recursion's (first_layer, layer_step) run with the engine's mpmath maps V, C and D (each value
-    rounded to dps digits)."""
-    M = maps(K, dps)
-    return codegen.step_functions(lambda _, qv: M.V(qv), lambda _, a, b, c: M.C(a, b, c),
-                                  lambda _, a, b, c, dv: M.D(a, b, c, dv))
-
-
 def _gamma_mp(K, sw, sb, depth, dps):
     """gamma = 2 q12/d per layer from the mpmath recursion at dps digits (d carried by its own map, so
     gamma keeps dps digits at any size; mpmath numbers do not overflow).
 
     Equal norms, plain layers: q' = sigma_w2 V(q) + sigma_b2, q12' = sigma_w2 C + sigma_b2, d' = sigma_w2 D."""
-    first_layer, layer_step = _mp_step(K, dps)
+    first_layer, layer_step = maps(K, dps).step()
     out = []
     with mpmath.workdps(dps):
         sw, sb = to_mpf(sw), to_mpf(sb)

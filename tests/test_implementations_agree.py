@@ -70,8 +70,8 @@ def test_table_compiled_python_quadrature_and_mpmath_agree(spec):
         np.testing.assert_allclose(python, compiled, rtol=0, atol=1e-15 * np.max(np.abs(compiled)))
         assert np.max(np.abs(compiled - quad) / scale) <= bound, what
         if what != "C" or K.act.pool != "max":          # no mpmath path for max-pool covariances
-            exact = _mp(K, what, *args)
-            assert np.max(np.abs(compiled - exact) / scale) <= bound, what
+            exact = _mp(K, what, *(x[:4] for x in args))    # 4 points: dps-30 pool integrals are slow
+            assert np.max(np.abs(compiled[:4] - exact) / scale[:4]) <= bound, what
 
 
 def test_compiled_and_python_grid_kernels_agree():

@@ -165,33 +165,76 @@ def test_nothing_cites_a_file_outside_the_repository(path):
     assert "MATH.md" not in path.read_text(errors="replace"), f"{path} cites MATH.md; cite docs/theory.md"
 
 
-def _descent(fn):
-    """The symfield modules a call enters, in order (consecutive repeats collapsed), by sys.setprofile."""
-    seen = []
+_DESCENT = """
+import functools, importlib, pkgutil, sys, types
+import symfield as sf
+for m in [m for m in pkgutil.walk_packages(sf.__path__, "symfield.") if not m.name.endswith("__main__")]:
+    importlib.import_module(m.name)
+def recorder():
+    seen, engine = [], [0]          # closures only: codegen.bind re-runs functions with other globals
 
-    def prof(frame, event, arg):
-        if event == "call":
-            mod = frame.f_globals.get("__name__", "")
-            if mod.startswith("symfield") and (not seen or seen[-1] != mod):
-                seen.append(mod)
-    sys.setprofile(prof)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return seen
+    def wrap(f):
+        mod = f.__module__
+        inner = mod == "symfield.numeric.maps"
+
+        @functools.wraps(f)
+        def w(*args, **kwargs):
+            here = (mod, engine[0] > 0)
+            if not seen or seen[-1] != here:
+                seen.append(here)
+            engine[0] += inner
+            try:
+                return f(*args, **kwargs)
+            finally:
+                engine[0] -= inner
+        return w
+    return seen, wrap
+
+
+seen, wrap = recorder()
+mods = [m for n, m in sorted(sys.modules.items())          # kernels: compiled code, rebound by codegen
+        if n.startswith("symfield") and not n.startswith("symfield.numeric.kernels")]
+wrapped = {}
+for m in mods:
+    for owner in [m] + [c for c in vars(m).values() if isinstance(c, type) and c.__module__ == m.__name__]:
+        for k, v in list(vars(owner).items()):
+            if isinstance(v, types.FunctionType) and any(v.__module__ == x.__name__ for x in mods):
+                wrapped.setdefault(id(v), (v, wrap(v)))
+for m in mods:
+    for owner in [m] + [c for c in vars(m).values() if isinstance(c, type)]:
+        for k, v in list(vars(owner).items()):
+            if id(v) in wrapped and wrapped[id(v)][0] is v:
+                try:
+                    setattr(owner, k, wrapped[id(v)][1])
+                except (AttributeError, TypeError):
+                    pass
+name, pool = sys.argv[1], sys.argv[2]
+act = sf.activation(name, pool="max", k=2) if pool else sf.activation(name)
+sf.propagate(act, 1.5, 0.05, 3)                          # warm: derive, build or load tables
+seen.clear()
+sf.propagate(act, 1.5, 0.05, 3)
+print(" ".join(m + ("*" if inside else "") for m, inside in seen))
+"""
 
 
 @pytest.mark.parametrize("spec", ["tanh+max2", "tanh", "relu"])
-def test_propagate_is_one_descent_through_the_maps_engine(spec):
+def test_propagate_is_one_descent_through_the_maps_engine(spec, tmp_path):
     """sf.propagate validates, then hands the whole computation to the maps engine, which alone picks the
-    path (generated code, a table, quadrature): once the engine is entered, no theory module is entered again."""
-    import symfield as sf
+    path (generated code, a table, quadrature): once the engine is entered, no theory module is entered again.
+
+    The modules a call enters are recorded by wrapping every symfield function in a child process with
+    numba's JIT disabled (the kernels then run as the same plain-Python functions). Not sys.setprofile:
+    a profile function and the time limits' asynchronous exceptions (core.timelimit) spun CPython 3.11
+    forever; a child process with a timeout cannot hang the test run."""
+    import os
     name, _, pool = spec.partition("+")
-    act = sf.activation(name, pool="max", k=2) if pool else sf.activation(name)
-    sf.propagate(act, 1.5, 0.05, 3)                         # warm: compile, load tables
-    walk = _descent(lambda: sf.propagate(act, 1.5, 0.05, 3))
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1", SYMFIELD_CACHE=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", _DESCENT, name, pool], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    walk = r.stdout.split()          # a module entered while the engine is on the stack ends in *
     print(" -> ".join(m.removeprefix("symfield.") for m in walk))
-    i = walk.index("symfield.numeric.maps")
     assert walk[0] == "symfield.theory.propagate"
-    assert not [m for m in walk[i:] if _layer(m) in ("theory", "reports", "io", "cli", "sweep")], walk
+    assert "symfield.numeric.maps" in walk
+    below = [m.rstrip("*") for m in walk if m.endswith("*")]
+    assert below and not [m for m in below if _layer(m) in ("theory", "reports", "io", "cli", "sweep")], walk

@@ -54,6 +54,16 @@ BUILDS_TABLES = {"test_tables", "test_tables_distance", "test_table1d", "test_ca
 
 
 
+@pytest.fixture
+def fresh_caches():
+    """For a test that patches the table registry, paths or build constants: every in-process cache empty
+    before it (no table, maps engine or 1-D table of an earlier test) and after it (nothing it built under
+    its patches outlives it)."""
+    caches.clear()
+    yield
+    caches.clear()
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _shipped_tables(request):
     """Module scope, so module-scoped fixtures (caches built once per module) see it too. Every module

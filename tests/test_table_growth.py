@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 import symfield as sf
-from symfield.core import caches
 from symfield.core.files import CacheWarning
 from symfield.numeric import codegen, tables
 from symfield.numeric.kernels import layout, recursion, table_maps
@@ -44,11 +43,10 @@ def built(tmp_path_factory):
 
 
 @pytest.fixture
-def cache(monkeypatch, tmp_path, built):
+def cache(fresh_caches, monkeypatch, tmp_path, built):
     """An empty temporary cache and table registry; Table.ensure 'builds' the module's panels."""
     monkeypatch.setenv("SYMFIELD_CACHE", str(tmp_path))
     monkeypatch.setenv("SYMFIELD_SHIPPED", "0")
-    caches.clear()     # engine maps and 1-D tables of earlier tests too, not only _TABLES
     monkeypatch.setattr(tables, "_TABLES", {})
     monkeypatch.setattr(tables.Table, "_build_panel", lambda self, ev, p: built[p])
     return tmp_path

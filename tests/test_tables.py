@@ -22,7 +22,6 @@ import pytest
 import sympy as sp
 
 import symfield as sf
-from symfield.core import caches
 from symfield.numeric import codegen
 from symfield.symbolic import formula
 from symfield.numeric import evaluate as numeric
@@ -148,11 +147,9 @@ def test_non_monotone_max_pool_not_tabulated():
         tables.table(act)
 
 
-def test_inaccurate_table_is_refused(monkeypatch, tmp_path):
+def test_inaccurate_table_is_refused(fresh_caches, monkeypatch, tmp_path):
     """A table missing the acceptance level is not used: propagate says so and runs quadrature."""
-    caches.clear()       # no softplus table or maps engine from an earlier test of this module (any order)
     monkeypatch.setattr(tables.store, "path_of", lambda K: tmp_path / f"t_{tables.key(K)}.npz")
-    caches.clear()     # engine maps and 1-D tables of earlier tests too, not only _TABLES
     monkeypatch.setattr(tables, "_TABLES", {})
     monkeypatch.setattr(tables.build, "ACCEPT", 1e-30)
     monkeypatch.setattr(tables.build, "MP_CHECKS", 0)
@@ -226,10 +223,9 @@ def test_relu_max2_general_norms_and_status():
         assert abs(r.qab[2, i] - ref) <= 1e-12 * math.sqrt(r.q[2, i] * r.qbb[2, i])
 
 
-def test_extension_cap_and_quadrature_fallback(monkeypatch, tmp_path):
+def test_extension_cap_and_quadrature_fallback(fresh_caches, monkeypatch, tmp_path):
     """Points leaving the table extend it; beyond the cap they finish on the quadrature path."""
     monkeypatch.setattr(tables.store, "path_of", lambda K: tmp_path / "tables" / f"t_{tables.key(K)}.npz")
-    caches.clear()     # engine maps and 1-D tables of earlier tests too, not only _TABLES
     monkeypatch.setattr(tables, "_TABLES", {})
     monkeypatch.setattr(tables.geometry, "Q_CAP_EXP", 3)        # q <= 8
     monkeypatch.setattr(tables.build, "MP_CHECKS", 0)

@@ -24,7 +24,6 @@ import sympy as sp
 from scipy.special import ndtr
 
 import symfield as sf
-from symfield.core import caches
 from symfield.numeric import tables
 from symfield.numeric.kernels import table_maps
 from symfield.numeric.quadrature import bvn_cdf
@@ -240,10 +239,9 @@ def test_no_distance_rule_is_detected():
         assert T.info["D"] == tables.D_DIFF
 
 
-def test_fallback_path(monkeypatch, tmp_path):
+def test_fallback_path(fresh_caches, monkeypatch, tmp_path):
     """With no distance rule (forced here on tanh) D is V + V - 2C (compiled and scalar), flagged inf."""
     monkeypatch.setattr(tables.store, "path_of", lambda K: tmp_path / f"t_{tables.key(K)}.npz")
-    caches.clear()     # engine maps and 1-D tables of earlier tests too, not only _TABLES
     monkeypatch.setattr(tables, "_TABLES", {})
     monkeypatch.setattr(tables.build, "MP_CHECKS", 0)
 
@@ -259,11 +257,10 @@ def test_fallback_path(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
-def test_fallback_is_flagged(monkeypatch, tmp_path):
+def test_fallback_is_flagged(fresh_caches, monkeypatch, tmp_path):
     """A kernel without a cancellation-free node rule (elu: kinked, quadrature nodes) says so: D is
     V + V - 2C and its bound is inf, never a claimed accuracy (~40 s: one elu panel by quadrature)."""
     monkeypatch.setattr(tables.store, "path_of", lambda K: tmp_path / f"t_{tables.key(K)}.npz")
-    caches.clear()     # engine maps and 1-D tables of earlier tests too, not only _TABLES
     monkeypatch.setattr(tables, "_TABLES", {})
     monkeypatch.setattr(tables.build, "MP_CHECKS", 0)
     T = tables.table("elu", 0.3, 0.4)

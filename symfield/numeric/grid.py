@@ -94,9 +94,8 @@ def run_table(maps, T, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residua
     start = np.ones(n, dtype=np.int64)
     st = [np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)]
     mod = codegen.table_module()
-    if T.kind == "general":   # first guess: the first layer's q
-        q1 = sw * qa0 + sb
-        T.extend_to(float(q1.min()), float(q1.max()))
+    q1 = sw * qa0 + sb           # first guess: the first layer's q (homogeneous: its one theta-table)
+    T.extend_to(float(q1.min()), float(q1.max()))
     run = np.ones(n, dtype=bool)
     quad = np.zeros(n, dtype=bool)
     while run.any():

@@ -50,8 +50,9 @@ def test_closed_forms_lambdified_compiled_and_mpmath_agree(act):
         assert np.max(np.abs(numpy_ - exact) / scale) <= 1e-13, name
 
 
+@pytest.mark.parametrize("n_mp", [4, pytest.param(Q1.size, marks=pytest.mark.slow)])   # dps-30 checks: minutes
 @pytest.mark.parametrize("spec", ["tanh", "relu+max2", "tanh+avg2"])
-def test_table_compiled_python_quadrature_and_mpmath_agree(spec):
+def test_table_compiled_python_quadrature_and_mpmath_agree(spec, n_mp):
     name, _, pool = spec.partition("+")
     act = sf.activation(name, pool=pool[:3], k=int(pool[3:])) if pool else sf.activation(name)
     K = sf.kernel(act)
@@ -70,8 +71,8 @@ def test_table_compiled_python_quadrature_and_mpmath_agree(spec):
         np.testing.assert_allclose(python, compiled, rtol=0, atol=1e-15 * np.max(np.abs(compiled)))
         assert np.max(np.abs(compiled - quad) / scale) <= bound, what
         if what != "C" or K.act.pool != "max":          # no mpmath path for max-pool covariances
-            exact = _mp(K, what, *(x[:4] for x in args))    # 4 points: dps-30 pool integrals are slow
-            assert np.max(np.abs(compiled[:4] - exact) / scale[:4]) <= bound, what
+            exact = _mp(K, what, *(x[:n_mp] for x in args))
+            assert np.max(np.abs(compiled[:n_mp] - exact) / scale[:n_mp]) <= bound, what
 
 
 def test_compiled_and_python_grid_kernels_agree():

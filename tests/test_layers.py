@@ -2,6 +2,7 @@
 inside functions included), no private names imported across modules, one .npz writer, one
 Chebyshev fitter, one time-limit helper, no function longer than 80 lines, and the public facade."""
 import ast
+import os
 import pathlib
 import subprocess
 import sys
@@ -226,7 +227,6 @@ def test_propagate_is_one_descent_through_the_maps_engine(spec, tmp_path):
     numba's JIT disabled (the kernels then run as the same plain-Python functions). Not sys.setprofile:
     a profile function and the time limits' asynchronous exceptions (core.timelimit) spun CPython 3.11
     forever; a child process with a timeout cannot hang the test run."""
-    import os
     name, _, pool = spec.partition("+")
     env = dict(os.environ, NUMBA_DISABLE_JIT="1", SYMFIELD_CACHE=str(tmp_path))
     r = subprocess.run([sys.executable, "-c", _DESCENT, name, pool], capture_output=True, text=True,

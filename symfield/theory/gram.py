@@ -34,12 +34,14 @@ from symfield.core import validate as check
 from symfield.core.dataset import ToXarray, flags
 from symfield.core.progress import bar
 from symfield.numeric import gram_near as near
-from symfield.numeric.evaluate import GUARD_DIGITS, NUMPY_MODULES, evaluate, to_mpf, vectorised
+from symfield.numeric.evaluate import GUARD_DIGITS, NUMPY_MODULES, to_mpf, vectorised
+from symfield.numeric.maps import maps
 from symfield.numeric.layer_pairs import pair_moments
 from symfield.symbolic import gaussian as G
 from symfield.symbolic.activation import Activation, activation, kinks
 from symfield.symbolic.formula import X
 from symfield.symbolic.gram_moments import VARS, GramMoments, gram_moments
+from symfield.symbolic.kernel import kernel
 from symfield.theory.finite_width import coefficients
 
 _F = "gram_fluctuations"
@@ -205,7 +207,7 @@ class _Eval:
 
     def __init__(self, act: Activation, dps):
         self.gm, self.co, self.kk, self.dps = gram_moments(act), coefficients(act), kinks(act.expr), dps
-        self.act = act
+        self.act, self.M = act, maps(kernel(act), dps)     # every number comes from the maps engine
         self.tick = lambda: None     # progress: called after every evaluation
 
     def numeric_phi(self):
@@ -214,12 +216,12 @@ class _Eval:
         return vectorised(e, NUMPY_MODULES), vectorised(sp.diff(e, X), NUMPY_MODULES)
 
     def one(self, expr, qv):
-        out = evaluate(expr, (G.q,), (qv,), self.kk, self.dps)
+        out = self.M.expect(expr, (G.q,), (qv,))
         self.tick()
         return out
 
     def two(self, expr, K):
-        out = evaluate(expr, VARS, (K[..., 0], K[..., 1], K[..., 2]), self.kk, self.dps)
+        out = self.M.expect(expr, VARS, (K[..., 0], K[..., 1], K[..., 2]))
         self.tick()
         return out
 
@@ -244,7 +246,7 @@ class _Eval:
                     hC[:, i, j] = hC[:, j, i] = self.two(gm.hess[i][j], K)
         else:
             if self.dps:
-                gC, hC, err = _fd_mp(gm.C, self.kk, self.dps, K)
+                gC, hC, err = _fd_mp(gm.C, self.M.K, self.dps, K)
             else:
                 gC, hC, err = _fd(lambda a, b, c: self.two(gm.C, np.stack([a, b, c], -1)), K)
             status[err > FD_TOL] = 1
@@ -304,10 +306,11 @@ def _fd(fn, K):
     return g, H, err
 
 
-def _fd_mp(expr, kk, dps, K):
+def _fd_mp(expr, K_, dps, K):
     """mpmath.diff with C evaluated at P = 2 dps + 10 digits and steps 10^(-P/4) (in units of q1, q2,
     sqrt(q1 q2)): central differences of order <= 2 then keep about P/2 > dps digits."""
     P = 2 * dps + 10
+    M = maps(K_, P)
     L = len(K)
     g = np.zeros((L, 3), dtype=object)
     H = np.zeros((L, 3, 3), dtype=object)
@@ -316,8 +319,7 @@ def _fd_mp(expr, kk, dps, K):
         for l in range(L):
             a, b, ab = (mpmath.mpf(v) for v in K[l])
             sc = (a, b, mpmath.sqrt(a * b))
-            f = lambda t1, t2, t3: evaluate(expr, VARS, (a + t1 * sc[0], b + t2 * sc[1], ab + t3 * sc[2]),  # noqa: E731
-                                            kk, P)
+            f = lambda t1, t2, t3: M.expect(expr, VARS, (a + t1 * sc[0], b + t2 * sc[1], ab + t3 * sc[2]))  # noqa: E731
             for i in range(3):
                 g[l, i] = mpmath.diff(f, (0, 0, 0), tuple(int(i == m) for m in range(3)), h=h) / sc[i]
                 for j in range(i + 1):

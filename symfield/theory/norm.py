@@ -43,6 +43,7 @@ NORMS = (None, "layer", "batch")
 PLACES = ("before", "after")
 THETA_NODES = 24          # Gauss-Legendre nodes per angular panel (float64)
 RADIAL_NODES = 60         # Gauss-Jacobi nodes in rho^2 (float64)
+ZERO_TOL = 1e-13          # |c' - c| below this is a fixed point (float64 c-map)
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,8 @@ def centred(K, q1, q2, q12, dps=None):
     with mpmath.workdps((dps or 15) + GUARD_DIGITS):
         if dps is None:
             a, b, c = np.broadcast_arrays(*(np.asarray(v, float) for v in (q1, q2, q12)))
+            shape = a.shape
+            a, b, c = a.ravel(), b.ravel(), c.ravel()
             out = np.empty((2,) + a.shape)
             eq = a == b
             if eq.any():
@@ -144,7 +147,7 @@ def centred(K, q1, q2, q12, dps=None):
                 sa, sb_ = (M.V(v) - M.mean(v) ** 2 for v in (a[ne], b[ne]))
                 out[0][ne] = (M.C(a[ne], b[ne], c[ne]) - M.mean(a[ne]) * M.mean(b[ne])) / np.sqrt(sa * sb_)
                 out[1][ne] = 1 - out[0][ne]
-            return out[0], out[1]
+            return out[0].reshape(shape), out[1].reshape(shape)
         res = _each(lambda a, b, c: one(a, b, c), dps, q1, q2, q12)
         if isinstance(res, np.ndarray):
             return np.frompyfunc(lambda t: t[0], 1, 1)(res), np.frompyfunc(lambda t: t[1], 1, 1)(res)
@@ -203,7 +206,7 @@ def ln_after_eoc(K, sb, dps=None):
                            f"chi1 - 1 keeps one sign for sigma_w2 in (1e-4, 1e4).")
     if dps is None:
         from scipy.optimize import brentq
-        return brentq(lambda s: float(g(s)), grid[k], grid[k + 1], xtol=1e-15, rtol=4e-16)
+        return brentq(lambda s: float(g(s)), grid[k], grid[k + 1], xtol=1e-15, rtol=1e-15)
     with mpmath.workdps(dps + GUARD_DIGITS):
         root = mpmath.findroot(g, (to_mpf(grid[k]), to_mpf(grid[k + 1])), solver="anderson")
     with mpmath.workdps(dps):
@@ -428,6 +431,55 @@ def require_equicorrelated(func, q1, q2):
     """BatchNorm maps are for an equicorrelated batch: refuse unequal norms (one clear error)."""
     if np.any(np.asarray(q1, dtype=object) != np.asarray(q2, dtype=object)):
         raise Unsupported(f"{func} with norm='batch' needs an equicorrelated batch (every sample with the same "
-                          f"variance, q1 == q2); got q1 = {q1!r}, q2 = {q2!r}. BatchNorm of unequal norms is "
+                          f"variance, q1 == q2); got q1 = {np.asarray(q1).tolist()}, q2 = {np.asarray(q2).tolist()}. BatchNorm of unequal norms is "
                           f"not supported.")
 
+
+
+# ---------------------------------------------------------------- the c-map's fixed point (phases)
+def c_next(K, opts, sw, sb, c):
+    """One layer of the correlation map at the normalised fixed point of q (float64 arrays c)."""
+    M = maps(K)
+    c = np.asarray(c, float)
+    if opts.at == "before":
+        return (sw * M.C(np.ones_like(c), np.ones_like(c), c) + sb) / (sw * float(M.V(1.0)) + sb)
+    qs = sw + sb
+    q = np.full(c.shape, qs)
+    return (sw * centred(K, q, q, c * qs)[0] + sb) / qs
+
+
+def ln_c_star(K, opts, sw, sb):
+    """c* reached from the inputs' c = 0 (layer 1: c = sigma_b2/(sigma_w2 + sigma_b2)) under LayerNorm: the
+    c-map is increasing, so c moves monotonically to the nearest fixed point in the direction of
+    c' - c (c = 1 is always one). Roots bracketed on a grid refined towards 1, then brentq."""
+    from scipy.optimize import brentq
+    c1 = sb / (sw + sb) if sw + sb > 0 else 1.0
+    grid = np.unique(np.concatenate([np.linspace(-1, 1, 201)[:-1], 1 - np.geomspace(1e-2, 1e-9, 15), [c1]]))
+    g = c_next(K, opts, sw, sb, grid) - grid
+    g[np.abs(g) <= ZERO_TOL] = 0.0
+    roots = [brentq(lambda t: float(c_next(K, opts, sw, sb, np.array([t]))[0] - t), grid[i], grid[i + 1])
+             for i in range(grid.size - 1) if g[i] * g[i + 1] < 0]
+    roots += [float(grid[i]) for i in range(grid.size) if g[i] == 0]
+    g1 = float(c_next(K, opts, sw, sb, np.array([c1]))[0] - c1)
+    if g1 > ZERO_TOL:
+        above = [r for r in roots if r > c1]
+        return min(above) if above else 1.0
+    if g1 < -ZERO_TOL:
+        below = [r for r in roots if r < c1]
+        return max(below) if below else -1.0
+    return c1
+
+
+def normed_phase(K, opts, sw, sb):
+    """(q*, c*, gamma*, slope, note) of one initialisation under a normalisation (float64)."""
+    if opts.kind == "batch":
+        qa, qab, c, gamma = (float(v) for v in bn_fixed(K, opts.at, sw, sb, opts.batch))
+        rate = bn_rate(K, "before", opts.batch)[0] if opts.at == "before" else math.nan
+        note = (f"{opts.label}: the batch Gram is at its fixed point after one normalised layer (c* = {c:.6g}); "
+                f"gradient rate lambda_B = {rate:.6g} per layer whatever the weights")
+        return qa, c, gamma, rate, note
+    slope = float(ln_chi1(K, opts.at, sw, sb))
+    qs = float(ln_q(K, opts.at, sw, sb, 1.0))
+    c = ln_c_star(K, opts, sw, sb) if sw > 0 else 1.0
+    gamma = math.inf if c >= 1 else c / (1 - c)
+    return qs, c, gamma, slope, f"{opts.label}: chi1 = {slope:.6g}, c* from the normalised c-map"

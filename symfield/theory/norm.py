@@ -36,6 +36,7 @@ from symfield.core import validate as check
 from symfield.core.errors import InvalidValue, Unsupported
 from symfield.numeric.evaluate import GUARD_DIGITS, to_mpf
 from symfield.numeric.maps import maps
+from symfield.symbolic.activation import Activation
 from symfield.symbolic.formula import X
 from symfield.symbolic.kernel import kernel
 
@@ -117,15 +118,17 @@ def ln_q(K, at, sw, sb, q, dps=None):
         return sw + sb + 0 * q
 
 
-def centred(K, q1, q2, q12, dps=None):
+def centred(K, q1, q2, q12, dps=None, d=None):
     """c_hat = (C - m_a m_b)/(s_a s_b) of LayerNorm after phi; at equal norms from the distance map,
     1 - c_hat = D(q, q, q12, d)/(2 Var psi), free of cancellation as c -> 1. Returns (c_hat, 1 - c_hat)."""
     M = maps(K, dps)
+    if d is None:
+        d = q1 + q2 - 2 * q12
 
-    def one(a, b, c):
+    def one(a, b, c, dd):
         if a == b:
             var = M.V(a) - M.mean(a) ** 2
-            gap = M.D(a, b, c, a + b - 2 * c) / (2 * var)
+            gap = M.D(a, b, c, dd) / (2 * var)
             return 1 - gap, gap
         sa, sb_ = (M.V(v) - M.mean(v) ** 2 for v in (a, b))
         ch = (M.C(a, b, c) - M.mean(a) * M.mean(b)) / _sqrt(sa * sb_, dps)
@@ -133,14 +136,14 @@ def centred(K, q1, q2, q12, dps=None):
 
     with mpmath.workdps((dps or 15) + GUARD_DIGITS):
         if dps is None:
-            a, b, c = np.broadcast_arrays(*(np.asarray(v, float) for v in (q1, q2, q12)))
+            a, b, c, dd = np.broadcast_arrays(*(np.asarray(v, float) for v in (q1, q2, q12, d)))
             shape = a.shape
-            a, b, c = a.ravel(), b.ravel(), c.ravel()
+            a, b, c, dd = a.ravel(), b.ravel(), c.ravel(), dd.ravel()
             out = np.empty((2,) + a.shape)
             eq = a == b
             if eq.any():
                 var = M.V(a[eq]) - M.mean(a[eq]) ** 2
-                out[1][eq] = M.D(a[eq], b[eq], c[eq], a[eq] + b[eq] - 2 * c[eq]) / (2 * var)
+                out[1][eq] = M.D(a[eq], b[eq], c[eq], dd[eq]) / (2 * var)
                 out[0][eq] = 1 - out[1][eq]
             ne = ~eq
             if ne.any():
@@ -148,7 +151,7 @@ def centred(K, q1, q2, q12, dps=None):
                 out[0][ne] = (M.C(a[ne], b[ne], c[ne]) - M.mean(a[ne]) * M.mean(b[ne])) / np.sqrt(sa * sb_)
                 out[1][ne] = 1 - out[0][ne]
             return out[0].reshape(shape), out[1].reshape(shape)
-        res = _each(lambda a, b, c: one(a, b, c), dps, q1, q2, q12)
+        res = _each(one, dps, q1, q2, q12, d)
         if isinstance(res, np.ndarray):
             return np.frompyfunc(lambda t: t[0], 1, 1)(res), np.frompyfunc(lambda t: t[1], 1, 1)(res)
         return res
@@ -376,7 +379,7 @@ def bn_fixed(K, at, sw, sb, B, dps=None):
         return qa, qab, qab / qa, (qab / gap if gap != 0 else math.inf)
 
 
-def batchnorm(act, sigma_w2: float, sigma_b2: float, batch: int | None = None, norm_at: str = "before",
+def batchnorm(act: str | Activation, sigma_w2: float, sigma_b2: float, batch: int | None = None, norm_at: str = "before",
               dps: int | None = None) -> BatchNormResult:
     """The batch fixed point and gradient rate of a BatchNorm network on an equicorrelated batch.
 
@@ -483,3 +486,49 @@ def normed_phase(K, opts, sw, sb):
     c = ln_c_star(K, opts, sw, sb) if sw > 0 else 1.0
     gamma = math.inf if c >= 1 else c / (1 - c)
     return qs, c, gamma, slope, f"{opts.label}: chi1 = {slope:.6g}, c* from the normalised c-map"
+
+
+# ---------------------------------------------------------------- the depth recursion (propagate)
+def step(K, opts, sw, sb, qa, qb, qab, d, dps=None):
+    """One layer l -> l+1 of (q_aa, q_bb, q_ab, d) under ``opts`` (None: the plain maps), on flat arrays
+    (float64, or object arrays of mpmath numbers). d keeps 1 - c cancellation-free: LayerNorm before phi
+    d' = sigma_w2 D(1, 1, c, 2(1 - c)); after phi d' = 2 sigma_w2 (1 - c_hat) with 1 - c_hat from D."""
+    M = maps(K, dps)
+    with mpmath.workdps((dps or 15) + GUARD_DIGITS):
+        if opts is None:
+            qa2, qb2 = sw * _each(M.V, dps, qa) + sb, sw * _each(M.V, dps, qb) + sb
+            return qa2, qb2, sw * _each(M.C, dps, qa, qb, qab) + sb, sw * _each(M.D, dps, qa, qb, qab, d)
+        if opts.kind == "batch":
+            Gd, God = bn_gram(K, opts.at, opts.batch, dps)
+            q2 = sw * Gd + sb + 0 * qa
+            return q2, q2, sw * God + sb + 0 * qa, sw * 2 * (Gd - God) + 0 * qa
+        if opts.at == "after":
+            qn = sw + sb + 0 * qa
+            ch, gap = centred(K, qa, qb, qab, dps, d)
+            return qn, qn, sw * ch + sb, 2 * sw * gap
+        one = _one(dps)
+        root = _sqrt(qa * qb, dps)
+        gap = (d - (_sqrt(qa, dps) - _sqrt(qb, dps)) ** 2) / (2 * root)       # 1 - c
+        c = 1 - gap
+        qn = sw * M.V(one) + sb + 0 * qa
+        return (qn, qn, sw * _each(lambda v: M.C(one, one, v), dps, c) + sb,
+                sw * _each(lambda v, g: M.D(one, one, v, 2 * g), dps, c, gap))
+
+
+def recursion(K, opts, sw, sb, qa0, qb0, qab0, d0, depth, dps=None):
+    """Per-layer (q_aa, q_bb, q_ab, d), each of shape (depth, n), from layer 1 = sigma_w2 x0 + sigma_b2."""
+    if opts is not None and opts.kind == "batch" and qa0 != qb0:
+        raise Unsupported("propagate with norm='batch' needs an equicorrelated batch: q0 == qbb0 (BatchNorm of "
+                          f"inputs with unequal norms is not supported); got q0 = {qa0!r}, qbb0 = {qb0!r}.")
+    if opts is not None and opts.kind == "batch" and d0 == 0:
+        raise InvalidValue("propagate with norm='batch': identical inputs (d0 = 0) have zero variance over the "
+                           "batch, so BatchNorm is 0/0.")
+    with mpmath.workdps((dps or 15) + GUARD_DIGITS):
+        state = [sw * qa0 + sb, sw * qb0 + sb, sw * qab0 + sb, sw * d0]
+        rows = [state]
+        for _ in range(depth - 1):
+            state = list(step(K, opts, sw, sb, *state, dps))
+            rows.append(state)
+    dtype = float if dps is None else object
+    return [np.array([np.broadcast_to(np.asarray(r[i], dtype=dtype), sw.shape) for r in rows], dtype=dtype)
+            for i in range(4)]

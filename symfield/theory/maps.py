@@ -246,7 +246,7 @@ def _normed_qab(K, opts, sw, sb, pair, dps):
     if np.any(np.asarray(pair[2] == pair[0], dtype=bool)):
         raise InvalidValue("qab_map with norm='batch': a batch of identical inputs (q12 = q1 = q2, c = 1) has zero "
                            "variance over the batch, so BatchNorm is 0/0; give q12 < q1.")
-    God = nm.bn_gram(K, opts.at, opts.batch, dps)[1]
+    God = nm.bn_gram(K, opts.at, opts.batch, dps, pair[2] / pair[0])[1]
     out = _combine(sw, sb, God, dps) + (0 * pair[2] if dps is None else 0)
     return np.asarray(out, dtype=float) if dps is None else out
 

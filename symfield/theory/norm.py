@@ -42,7 +42,7 @@ from symfield.symbolic.kernel import kernel
 
 NORMS = (None, "layer", "batch")
 PLACES = ("before", "after")
-THETA_NODES = 24          # Gauss-Legendre nodes per angular panel (float64)
+THETA_NODES = 48          # Gauss-Legendre nodes per angular panel (float64, phi with kinks)
 RADIAL_NODES = 60         # Gauss-Jacobi nodes in rho^2 (float64)
 ZERO_TOL = 1e-13          # |c' - c| below this is a fixed point (float64 c-map)
 
@@ -244,7 +244,7 @@ def sphere_moments(K, B, dps=None):
     if B == 2:
         return _two_points(K, dps), "exact (B = 2: x = +-(1, -1))"
     if dps is None:
-        return _sphere_f64(K, B), f"quadrature on the sphere (Gauss-Jacobi {RADIAL_NODES} x Gauss-Legendre)"
+        return _sphere_f64(K, B), f"quadrature on the sphere (Gauss-Jacobi {RADIAL_NODES} in rho^2 x periodic trapezoid in theta)"
     return _sphere_mp(K, B, dps), f"quadrature on the sphere at dps={dps}"
 
 
@@ -279,9 +279,9 @@ def _breaks(K, rad, thetas):
 
 
 def _sphere_f64(K, B):
-    """float64: rho^2 = T ~ Beta(1, (B-3)/2) by Gauss-Jacobi (B >= 4; B = 3: T = 1), theta uniform by
-    Gauss-Legendre panels split at the kinks; x = sqrt(B-1) rho (cos theta, cos(theta - alpha)),
-    cos alpha = -1/(B-1)."""
+    """float64: rho^2 = T ~ Beta(1, (B-3)/2) by Gauss-Jacobi (B >= 4; B = 3: T = 1), theta uniform by the
+    periodic trapezoid rule (doubled until two rules agree to 1e-14; smooth phi) or Gauss-Legendre panels
+    split at the kinks; x = sqrt(B-1) rho (cos theta, cos(theta - alpha)), cos alpha = -1/(B-1)."""
     from scipy.special import roots_jacobi
     f, df = _fns(K, "numpy")
     R, alpha = math.sqrt(B - 1), math.acos(-1.0 / (B - 1))
@@ -290,14 +290,23 @@ def _sphere_f64(K, B):
     else:
         s, w = roots_jacobi(RADIAL_NODES, (B - 5) / 2, 0.0)
         T, wT = (1 + s) / 2, w / w.sum()
+    rad = R * np.sqrt(T)
+    if not K.kinks:
+        n, prev = 64, None
+        while True:
+            th = 2 * math.pi * np.arange(n) / n
+            vals = _integrand(f, df, rad[:, None] * np.cos(th), rad[:, None] * np.cos(th - alpha))
+            out = np.array([wT @ np.broadcast_to(v, (rad.size, n)).mean(axis=1) for v in vals])
+            if prev is not None and np.all(np.abs(out - prev) <= 1e-14 * (1 + np.abs(out))) or n >= 1 << 14:
+                return tuple(float(v) for v in out)
+            n, prev = 2 * n, out
     gx, gw = np.polynomial.legendre.leggauss(THETA_NODES)
     total = np.zeros(6)
-    for t, wt in zip(T, wT):
-        rad = R * math.sqrt(t)
-        br = _breaks(K, rad, (0.0, alpha))
+    for r, wt in zip(rad, wT):
+        br = _breaks(K, r, (0.0, alpha))
         th = np.concatenate([(b - a) / 2 * gx + (a + b) / 2 for a, b in zip(br[:-1], br[1:])])
         wth = np.concatenate([(b - a) / 2 * gw for a, b in zip(br[:-1], br[1:])]) / (2 * math.pi)
-        vals = _integrand(f, df, rad * np.cos(th), rad * np.cos(th - alpha))
+        vals = _integrand(f, df, r * np.cos(th), r * np.cos(th - alpha))
         total += wt * np.array([np.dot(wth, np.broadcast_to(v, th.shape)) for v in vals])
     return tuple(float(v) for v in total)
 
@@ -326,11 +335,51 @@ def _sphere_mp(K, B, dps):
     return tuple(out)
 
 
-def bn_gram(K, at, B, dps=None):
-    """(G_d, G_od): E y_a^2 and E y_a y_b of the normalised layer output at the batch fixed point."""
+def flat_below(K) -> bool:
+    """phi is constant for x < 0 (relu family with zero negative slope): a unit can then be constant over
+    the whole batch (all its pre-activations <= 0), and BatchNorm after phi outputs 0 there (the eps -> 0
+    limit of (y - mean)/sqrt(var + eps))."""
+    h = K.homogeneity
+    return h is not None and h[0] == 1 and h[1] == 0 and (K.act.pool is None or K.act.k == 1)
+
+
+def dead_fraction(B, c, dps=None):
+    """P(h_a <= 0 for all a = 1..B), h equicorrelated Gaussian at correlation c > -1/(B-1):
+    int phi(g) Phi(-sqrt(c/(1-c)) g)^B dg, for c < 0 the same with the imaginary shift
+    Phi(-i a g) = (1 - i erfi(a g/sqrt 2))/2, a = sqrt(-c/(1-c)) (real part; converges for B a^2 < 1)."""
+    with mpmath.workdps((dps or 15) + 2 * GUARD_DIGITS):
+        c = to_mpf(c)
+        if c >= 1:
+            return mpmath.mpf(1) / 2
+        if c >= 0:
+            k = mpmath.sqrt(c / (1 - c))
+            fn = lambda g: mpmath.ncdf(-k * g) ** B * mpmath.npdf(g)  # noqa: E731
+        else:
+            a = mpmath.sqrt(-c / (1 - c))
+            fn = lambda g: mpmath.re(((1 - 1j * mpmath.erfi(a * g / mpmath.sqrt(2))) / 2) ** B) * mpmath.npdf(g)  # noqa: E731
+        p = mpmath.quad(fn, [-mpmath.inf, -4, 0, 4, mpmath.inf])
+    return float(p) if dps is None else p
+
+
+def bn_gram(K, at, B, dps=None, c=None):
+    """(G_d, G_od): E y_a^2 and E y_a y_b of the normalised layer output on a batch whose pre-activations
+    have correlation c (needed only after phi for a phi flat below 0 at finite B: the dead units)."""
     if at == "after":
         one = _one(dps)
-        return one, (0 * one if B is None else -one / (B - 1))
+        if B is None:
+            return one, 0 * one
+        live = one
+        if flat_below(K):
+            if c is None:
+                raise Unsupported(f"BatchNorm after {K.act.name} at finite batch depends on the batch's correlation "
+                                  f"(units with every pre-activation <= 0 output 0): use qab_map or propagate.")
+            if dps is None:
+                cv = np.asarray(c, float)
+                dead = np.vectorize(lambda v: dead_fraction(B, float(v)))(cv) if cv.ndim else dead_fraction(B, float(cv))
+            else:
+                dead = _each(lambda v: dead_fraction(B, v, dps), dps, c)
+            live = one - dead
+        return live, -live / (B - 1)
     return sphere_moments(K, B, dps)[0][:2]
 
 
@@ -371,8 +420,19 @@ class BatchNormResult:
 
 
 def bn_fixed(K, at, sw, sb, B, dps=None):
-    """(q*, q_ab*, c*, gamma) of the batch Gram under BatchNorm (reached after one normalised layer)."""
-    Gd, God = bn_gram(K, at, B, dps)
+    """(q*, q_ab*, c*, gamma) of the batch Gram under BatchNorm: reached after one normalised layer, or (after
+    phi, phi flat below 0) the fixed point of c -> (sigma_b2 - sigma_w2 (1 - p(c))/(B-1))/(sigma_w2 (1 - p(c))
+    + sigma_b2), p the dead fraction, iterated from the inputs' c = 0."""
+    c = None
+    if at == "after" and B is not None and flat_below(K):
+        c = sb / (sw + sb)
+        for _ in range(200):
+            Gd, God = bn_gram(K, at, B, dps, c)
+            c_new = (sw * God + sb) / (sw * Gd + sb)
+            if abs(c_new - c) <= 1e-15 * (dps and 10 ** (15 - dps) or 1):
+                break
+            c = c_new
+    Gd, God = bn_gram(K, at, B, dps, c)
     with mpmath.workdps((dps or 15) + GUARD_DIGITS):
         qa, qab = sw * Gd + sb, sw * God + sb
         gap = sw * (Gd - God)
@@ -499,7 +559,7 @@ def step(K, opts, sw, sb, qa, qb, qab, d, dps=None):
             qa2, qb2 = sw * _each(M.V, dps, qa) + sb, sw * _each(M.V, dps, qb) + sb
             return qa2, qb2, sw * _each(M.C, dps, qa, qb, qab) + sb, sw * _each(M.D, dps, qa, qb, qab, d)
         if opts.kind == "batch":
-            Gd, God = bn_gram(K, opts.at, opts.batch, dps)
+            Gd, God = bn_gram(K, opts.at, opts.batch, dps, qab / qa)
             q2 = sw * Gd + sb + 0 * qa
             return q2, q2, sw * God + sb + 0 * qa, sw * 2 * (Gd - God) + 0 * qa
         if opts.at == "after":

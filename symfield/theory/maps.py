@@ -191,7 +191,7 @@ def _normed_q(K, opts, sw, sb, qv, dps):
     else:
         Gd = nm.bn_gram(K, opts.at, opts.batch, dps)[0]
         out = _combine(sw, sb, Gd, dps) + (0 * qv if dps is None else 0)
-    return np.asarray(out, dtype=float) if dps is None else out
+    return np.asarray(out, dtype=float)[()] if dps is None else out
 
 
 def qab_map(act: str | Activation, q1: ArrayLike, q2: ArrayLike, q12: ArrayLike, sigma_w2: ArrayLike,
@@ -241,14 +241,14 @@ def _normed_qab(K, opts, sw, sb, pair, dps):
     """q12' under a normalisation (:mod:`symfield.theory.norm`)."""
     if opts.kind == "layer":
         out = nm.ln_qab(K, opts.at, sw, sb, *pair, dps)
-        return np.asarray(out, dtype=float) if dps is None else out
+        return np.asarray(out, dtype=float)[()] if dps is None else out
     nm.require_equicorrelated("qab_map", pair[0], pair[1])
     if np.any(np.asarray(pair[2] == pair[0], dtype=bool)):
         raise InvalidValue("qab_map with norm='batch': a batch of identical inputs (q12 = q1 = q2, c = 1) has zero "
                            "variance over the batch, so BatchNorm is 0/0; give q12 < q1.")
     God = nm.bn_gram(K, opts.at, opts.batch, dps, pair[2] / pair[0])[1]
     out = _combine(sw, sb, God, dps) + (0 * pair[2] if dps is None else 0)
-    return np.asarray(out, dtype=float) if dps is None else out
+    return np.asarray(out, dtype=float)[()] if dps is None else out
 
 
 def chi1(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, q: ArrayLike | None = None,
@@ -309,7 +309,7 @@ def _normed_chi1(K, opts, sw, sb, qv, dps):
         out = rate + 0 * sw + 0 * sb if dps is None else rate
     else:
         out = nm.ln_chi1(K, opts.at, sw, sb, qv, dps)
-    return np.asarray(out, dtype=float) if dps is None else out
+    return np.asarray(out, dtype=float)[()] if dps is None else out
 
 
 def chi1_tilde(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, q: ArrayLike,

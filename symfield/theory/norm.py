@@ -484,7 +484,8 @@ def batchnorm(act: str | Activation, sigma_w2: float, sigma_b2: float, batch: in
     if opts.at == "before":
         rate, how = bn_rate(K, "before", opts.batch, dps)
     else:
-        rate, how = (math.nan, "closed form (after phi: sum_a y_a = 0, sum_a y_a^2 = B)")
+        rate, how = (math.nan, "closed form (after phi: sum_a y_a = 0, sum_a y_a^2 = B)" +
+                     ("; dead units by the orthant probability" if flat_below(K) and opts.batch else ""))
     if dps is None:
         qa, qab, c, gamma = (float(v) for v in (qa, qab, c, gamma))
     return BatchNormResult(c, gamma, qa, qab, rate, how, opts.batch, opts.at)

@@ -593,3 +593,23 @@ def recursion(K, opts, sw, sb, qa0, qb0, qab0, d0, depth, dps=None):
     dtype = float if dps is None else object
     return [np.array([np.broadcast_to(np.asarray(r[i], dtype=dtype), sw.shape) for r in rows], dtype=dtype)
             for i in range(4)]
+
+
+def phase_code(c_star, slope, tol):
+    """Index into the phases' names (Table 1 rules, as sf.phase): c* = 1 by the slope, else by c* > 1/2."""
+    if c_star >= 1:
+        return 1 if abs(slope - 1) <= tol else 0 if slope < 1 else 2
+    return 3 if c_star > 0.5 else 4
+
+
+def eoc_sigma_w2(K, opts, sb):
+    """sigma_w2 of the edge of chaos at sigma_b2 under ``opts`` (float64; NaN where there is none)."""
+    try:
+        if opts.kind == "batch":
+            return math.nan
+        if opts.at == "after":
+            return float(ln_after_eoc(K, sb))
+        r = ln_ratio(K)
+        return sb / r if r > 0 else math.nan
+    except (ValueError, ArithmeticError):
+        return math.nan

@@ -124,7 +124,7 @@ def phase(act: str | Activation, sigma_w2: float, sigma_b2: float, eoc_tol: floa
     opts = nm.options("phase", norm, norm_at, batch)
     if opts is not None:
         qs, cs, gamma, slope, note = nm.normed_phase(K, opts, sw, sb)
-        code = (1 if abs(slope - 1) <= tol else 0 if slope < 1 else 2) if cs >= 1 else (3 if cs > 0.5 else 4)
+        code = nm.phase_code(cs, slope, tol)
         return PHASES[code] if not full else Phase(PHASES[code], qs, cs, gamma, slope, note)
     codes, qs, cs, gamma, slope = (v[0] for v in phase_fields(K, np.array([sw]), np.array([sb]), tol))
     label = PHASES[int(codes)]

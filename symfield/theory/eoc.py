@@ -248,9 +248,11 @@ def _normed_eoc(K, opts, sb, dps):
     one = 1.0 if dps is None else mpmath.mpf(1)
     sbn = sb if dps is None else to_mpf(sb)
     if opts.kind == "batch":
-        rate = nm.bn_rate(K, opts.at, opts.batch, dps)[0]
-        raise InvalidValue(f"eoc: {K.act.name} under {opts.label} has no edge of chaos: the gradient rate lambda_B = "
-                           f"{float(rate):.10g} per layer does not depend on sigma_w2 or sigma_b2 (sf.batchnorm).")
+        rate = nm.bn_rate(K, opts.at, opts.batch, dps)[0] if opts.at == "before" else math.nan
+        raise InvalidValue(f"eoc: {K.act.name} under {opts.label} has no edge of chaos: the batch Gram matrix is at "
+                           f"its fixed point (c* < 1) after one layer whatever the weights"
+                           + (f", and the gradient rate lambda_B = {float(rate):.10g} per layer does not depend on "
+                              f"sigma_w2 or sigma_b2 (sf.batchnorm)." if opts.at == "before" else "."))
     if opts.at == "after":
         sw = nm.ln_after_eoc(K, sbn, dps)
         ratio = sbn / sw if sw else math.nan

@@ -351,6 +351,8 @@ def dead_fraction(B, c, dps=None):
         c = to_mpf(c)
         if c >= 1:
             return mpmath.mpf(1) / 2
+        if c * (B - 1) <= -1 + mpmath.mpf(10) ** -12:     # h sums to 0 over the batch: never all <= 0
+            return 0.0 if dps is None else mpmath.mpf(0)
         if c >= 0:
             k = mpmath.sqrt(c / (1 - c))
             fn = lambda g: mpmath.ncdf(-k * g) ** B * mpmath.npdf(g)  # noqa: E731
@@ -524,6 +526,7 @@ def ln_c_star(K, opts, sw, sb):
     roots = [brentq(lambda t: float(c_next(K, opts, sw, sb, np.array([t]))[0] - t), grid[i], grid[i + 1])
              for i in range(grid.size - 1) if g[i] * g[i + 1] < 0]
     roots += [float(grid[i]) for i in range(grid.size) if g[i] == 0]
+    roots = [1.0 if r > 1 - 1e-7 else r for r in roots]     # float64 noise of g next to the fixed point c = 1
     g1 = float(c_next(K, opts, sw, sb, np.array([c1]))[0] - c1)
     if g1 > ZERO_TOL:
         above = [r for r in roots if r > c1]

@@ -95,6 +95,16 @@ def test_layernorm_after_eoc_of_relu_is_a_line():
     assert e.sigma_w2 == pytest.approx((math.pi - 1) * 0.3, rel=1e-12)
 
 
+def test_phase_diagram_under_layernorm_draws_the_ray():
+    r = gauss1(lambda z: mpmath.sech(z) ** 4) - gauss1(lambda z: mpmath.tanh(z) ** 2)
+    d = sf.phase_diagram("tanh", [0.5, 3.0], [0.0, 0.1], norm="layer")
+    assert d.eoc[1] == pytest.approx(float(0.1 / r), rel=1e-10) and d.eoc[0] == 0.0
+    assert d.labels[1, 1] != "ordered-deep-prejudice" and d.labels[0, 1] == "ordered-deep-prejudice"
+    # relu before LayerNorm at sigma_b2 = 0: chi1 = sigma_w2/2/(sigma_w2/2) = 1 exactly, c* = 1
+    assert sf.phase("relu", 2.5, 0.0, norm="layer") == "edge-of-chaos"
+    assert sf.phase("relu", 2.5, 0.1, norm="layer") == "ordered-deep-prejudice"
+
+
 PLACEMENTS = [("layer", "before"), ("layer", "after"), ("batch", "before"), ("batch", "after")]
 
 

@@ -265,3 +265,11 @@ def test_batchnorm_unequal_norms_and_unsupported_requests():
         sf.eoc("relu", 0.1, norm="batch", batch=8)
     with pytest.raises(ValueError, match="'batch' parameter of simulate"):
         sf.simulate("relu", 100, 2, 2.0, 0.0, n_inputs=4, norm="batch", batch=8)
+
+
+def test_derive_has_a_normalisation_section_on_request():
+    doc = sf.derive("relu", norm=True)
+    assert "Normalisation layers" not in sf.derive("relu") and "Normalisation layers" in doc
+    sec = doc.split(r"\section{Normalisation layers}")[1].split(r"\section")[0]
+    assert r"V(1) - \E[\psi](1)^2" not in sec and r"\frac{\pi}{-1 + \pi}" in sec.replace(r"\pi - 1", "-1 + \\pi")
+    assert r"- V(1) = 0." in sec           # relu: E[relu'^2] = V(1) = 1/2, the ray is the axis

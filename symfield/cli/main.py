@@ -640,7 +640,7 @@ def cmd_derive(args):
     from symfield.reports.derive import derive
     if args.output and not Path(args.output).parent.is_dir():
         return fail(f"cannot write {args.output!r}: its directory does not exist")
-    tex = derive(act_arg(args))
+    tex = derive(act_arg(args), norm=getattr(args, "norm", False))
     if not args.output:
         sys.stdout.write(tex)
         return 0

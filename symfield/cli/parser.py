@@ -192,6 +192,7 @@ def _gradients(p):
 def _derive(p):
     _common(p, json=False)
     p.add_argument("-o", "--output", metavar="FILE", help="write the .tex file here (default: standard output)")
+    p.add_argument("--norm", action="store_true", help="add a section on LayerNorm and BatchNorm")
 
 
 VERIFY_EXIT = """

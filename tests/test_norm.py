@@ -52,7 +52,7 @@ def test_layernorm_before_eoc_ray_of_tanh_to_25_digits():
     assert sf.phase("tanh", sw, 0.2, norm="layer") == "ordered-deep-prejudice"
 
 
-@pytest.mark.parametrize("act,f", [("tanh", mpmath.tanh), ("relu", relu)])
+@pytest.mark.parametrize("act,f", [pytest.param("tanh", mpmath.tanh, marks=pytest.mark.slow), ("relu", relu)])
 def test_layernorm_maps_against_quadrature(act, f):
     sw, sb, q1, q2, q12 = 1.7, 0.2, 2.0, 0.5, 0.6
     c = q12 / math.sqrt(q1 * q2)
@@ -273,3 +273,16 @@ def test_derive_has_a_normalisation_section_on_request():
     sec = doc.split(r"\section{Normalisation layers}")[1].split(r"\section")[0]
     assert r"V(1) - \E[\psi](1)^2" not in sec and r"\frac{\pi}{-1 + \pi}" in sec.replace(r"\pi - 1", "-1 + \\pi")
     assert r"- V(1) = 0." in sec           # relu: E[relu'^2] = V(1) = 1/2, the ray is the axis
+
+
+def test_c_star_and_eoc_curve_under_normalisation():
+    # BN before relu: G_od = arc-cosine kernel at unit variance and correlation -1/(B-1) (written here)
+    B, sw, sb = 8, 2.0, 0.1
+    r = -1 / (B - 1)
+    God = (math.sqrt(1 - r * r) + (math.pi - math.acos(r)) * r) / (2 * math.pi)
+    assert sf.c_star("relu", sw, sb, norm="batch", batch=B) == pytest.approx((sw * God + sb) / (sw / 2 + sb), rel=1e-13)
+    ratio = float(gauss1(lambda z: mpmath.sech(z) ** 4) - gauss1(lambda z: mpmath.tanh(z) ** 2))
+    assert sf.eoc_curve("tanh", [0.05, 0.2], norm="layer") == pytest.approx([0.05 / ratio, 0.2 / ratio], rel=1e-10)
+    assert np.isnan(sf.eoc_curve("relu", [0.1], norm="batch")).all()
+    with pytest.raises(ValueError, match="'dps' parameter of c_star"):
+        sf.c_star("relu", 2.0, 0.1, norm="layer", dps=20)

@@ -355,7 +355,8 @@ def eoc_depth(act: str | Activation, sigma_b2: float, depth: int, q0: float = 1.
     return DepthEOC(sb, sw, L, q0, float(math.exp(val)), float((fp_ - fm) / (2 * h)), float(ql[1]))
 
 
-def eoc_curve(act: str | Activation, sigma_b2: ArrayLike, dps: int | None = None) -> NDArray[Any]:
+def eoc_curve(act: str | Activation, sigma_b2: ArrayLike, dps: int | None = None, norm: str | None = None,
+              norm_at: str = "before", batch: int | None = None) -> NDArray[Any]:
     """sigma_w2 on the edge of chaos for each sigma_b2 (array in, array out); for positively
     homogeneous psi the vertical line sigma_w2 = 1/E[psi'^2] (:func:`eoc_homogeneous`).
 
@@ -367,6 +368,9 @@ def eoc_curve(act: str | Activation, sigma_b2: ArrayLike, dps: int | None = None
         Bias variances (>= 0).
     dps : int, optional
         None for float64; N for mpmath numbers correct to N digits.
+    norm, norm_at, batch : optional
+        Normalisation (docs/theory.md section 12): the LayerNorm ray or curve, NaN where there is no
+        edge of chaos (every point under BatchNorm).
 
     Returns
     -------
@@ -381,7 +385,16 @@ def eoc_curve(act: str | Activation, sigma_b2: ArrayLike, dps: int | None = None
     K = kernel(act)
     dps = check.dps("eoc_curve", dps)
     sb = check.real("eoc_curve", "sigma_b2", sigma_b2, lo=0)
+    opts = nm.options("eoc_curve", norm, norm_at, batch)
     refuse_jumps(K)
+    if opts is not None:
+        out = np.empty(sb.shape, dtype=float if dps is None else object)
+        for idx in np.ndindex(sb.shape):
+            try:
+                out[idx] = _normed_eoc(K, opts, float(sb[idx]), dps).sigma_w2
+            except (ValueError, ArithmeticError):
+                out[idx] = math.nan
+        return out
     if K.degree_one:
         sw = eoc_homogeneous(K, 0.0, dps)[0]
         out = np.empty(sb.shape, dtype=float if dps is None else object)

@@ -616,3 +616,10 @@ def eoc_sigma_w2(K, opts, sb):
         return sb / r if r > 0 else math.nan
     except (ValueError, ArithmeticError):
         return math.nan
+
+
+def c_star_grid(K, opts, sigma_w2, sigma_b2):
+    """c* under ``opts`` at each point of broadcast float64 arrays (float for scalars)."""
+    sw, sb = np.broadcast_arrays(np.asarray(sigma_w2, float), np.asarray(sigma_b2, float))
+    out = np.array([normed_phase(K, opts, float(w), float(b))[1] for w, b in zip(sw.ravel(), sb.ravel())])
+    return float(out[0]) if sw.ndim == 0 else out.reshape(sw.shape)

@@ -286,3 +286,14 @@ def test_c_star_and_eoc_curve_under_normalisation():
     assert np.isnan(sf.eoc_curve("relu", [0.1], norm="batch")).all()
     with pytest.raises(ValueError, match="'dps' parameter of c_star"):
         sf.c_star("relu", 2.0, 0.1, norm="layer", dps=20)
+
+
+def test_batchnorm_sphere_moments_at_dps():
+    """B = 3: x = sqrt(2) (cos theta, cos(theta - 2 pi/3)) with theta uniform (mpmath quadrature written here)."""
+    with mpmath.workdps(30):
+        a = 2 * mpmath.pi / 3
+        God = mpmath.quad(lambda t: mpmath.tanh(mpmath.sqrt(2) * mpmath.cos(t)) *
+                          mpmath.tanh(mpmath.sqrt(2) * mpmath.cos(t - a)), [0, mpmath.pi, 2 * mpmath.pi]) / (2 * mpmath.pi)
+        r = sf.batchnorm("tanh", 1.0, 0.0, 3, dps=20)
+        assert abs(r.q_ab_star - God) < mpmath.mpf(10) ** -19
+        assert r.rate == mpmath.inf

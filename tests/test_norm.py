@@ -298,3 +298,14 @@ def test_batchnorm_sphere_moments_at_dps():
         r = sf.batchnorm("tanh", 1.0, 0.0, 3, dps=20)
         assert abs(r.q_ab_star - God) < mpmath.mpf(10) ** -19
         assert r.rate == mpmath.inf
+
+
+def test_q_star_under_normalisation():
+    V1 = gauss1(lambda z: mpmath.tanh(z) ** 2, 30)
+    assert sf.q_star("tanh", [1.5, 2.0], 0.1, norm="layer") == pytest.approx([float(1.5 * V1 + 0.1),
+                                                                              float(2.0 * V1 + 0.1)], rel=1e-12)
+    with mpmath.workdps(30):
+        assert abs(sf.q_star("tanh", 1.5, 0.1, norm="layer", dps=25) - (mpmath.mpf("1.5") * V1 + mpmath.mpf("0.1"))) \
+            < mpmath.mpf(10) ** -24
+    assert sf.q_star("gelu", 1.5, 0.1, norm="layer", norm_at="after") == pytest.approx(1.6, rel=1e-15)
+    assert sf.q_star("relu", 2.0, 0.1, norm="batch", batch=8) == pytest.approx(1.1, rel=1e-14)   # 2 V(1) + 0.1

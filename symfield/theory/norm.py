@@ -649,3 +649,16 @@ def c_star_grid(K, opts, sigma_w2, sigma_b2):
     sw, sb = np.broadcast_arrays(np.asarray(sigma_w2, float), np.asarray(sigma_b2, float))
     out = np.array([normed_phase(K, opts, float(w), float(b))[1] for w, b in zip(sw.ravel(), sb.ravel())])
     return float(out[0]) if sw.ndim == 0 else out.reshape(sw.shape)
+
+
+def q_star_normed(N, opts, sw, sb):
+    """q* (the variance entering the next block's norm) on flat arrays of the engine N's numbers: LayerNorm
+    sigma_w2 V(1) + sigma_b2 (before) or sigma_w2 + sigma_b2 (after); BatchNorm sigma_w2 G_d + sigma_b2."""
+    K, dps = N.K, N.dps
+    if dps is not None:            # the inputs read as the decimals they print as (0.1 -> mpf('0.1'))
+        with mpmath.workdps(dps + GUARD_DIGITS):
+            sw, sb = N.ctx.num(sw), N.ctx.num(sb)
+    if opts.kind == "layer":
+        return np.asarray(ln_q(K, opts.at, sw, sb, 0 * sw, dps), dtype=float if dps is None else object)
+    vals = [bn_fixed(K, opts.at, w, b, opts.batch, dps)[0] for w, b in zip(sw, sb)]
+    return np.array(vals, dtype=float if dps is None else object)

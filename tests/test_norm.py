@@ -309,3 +309,13 @@ def test_q_star_under_normalisation():
             < mpmath.mpf(10) ** -24
     assert sf.q_star("gelu", 1.5, 0.1, norm="layer", norm_at="after") == pytest.approx(1.6, rel=1e-15)
     assert sf.q_star("relu", 2.0, 0.1, norm="batch", batch=8) == pytest.approx(1.1, rel=1e-14)   # 2 V(1) + 0.1
+
+
+def test_neutrality_under_normalisation():
+    # BN before relu: c* = 1/2 where sigma_w2 (G_d - 2 G_od) = sigma_b2, G_od the arc-cosine kernel at -1/7
+    r = -1 / 7
+    God = (math.sqrt(1 - r * r) + (math.pi - math.acos(r)) * r) / (2 * math.pi)
+    assert sf.neutrality("relu", 0.1, norm="batch", batch=8) == pytest.approx(0.1 / (0.5 - 2 * God), rel=1e-10)
+    # LayerNorm before phi: c* depends on sigma_b2/sigma_w2 only, so the neutrality line is a ray too
+    w1, w2 = sf.neutrality("tanh", [0.1, 0.2], norm="layer")
+    assert w2 == pytest.approx(2 * w1, rel=1e-8)

@@ -662,3 +662,21 @@ def q_star_normed(N, opts, sw, sb):
         return np.asarray(ln_q(K, opts.at, sw, sb, 0 * sw, dps), dtype=float if dps is None else object)
     vals = [bn_fixed(K, opts.at, w, b, opts.batch, dps)[0] for w, b in zip(sw, sb)]
     return np.array(vals, dtype=float if dps is None else object)
+
+
+def neutral_sigma_w2(K, opts, sb, wmax):
+    """sigma_w2 where c* = 1/2 at sigma_b2 = sb under ``opts`` (float64): the first crossing of c*(sigma_w2)
+    below 1/2 on a geometric scan of (1e-3, wmax), refined by brentq; NaN where c* stays above 1/2."""
+    from scipy.optimize import brentq
+
+    def f(w):
+        return normed_phase(K, opts, float(w), sb)[1] - 0.5
+
+    grid = np.geomspace(1e-3, wmax, 31)
+    prev = f(grid[0])
+    for a, b in zip(grid[:-1], grid[1:]):
+        cur = f(b)
+        if prev > 0 >= cur:
+            return brentq(f, a, b, xtol=1e-13, rtol=1e-13)
+        prev = cur
+    return math.nan

@@ -28,6 +28,7 @@ from symfield.theory.width_gain import WidthGain, width_gain
 from symfield.theory.cstar import c_star
 from symfield.theory.eoc import DepthEOC, eoc, eoc_curve, eoc_depth
 from symfield.theory.neutrality import neutrality
+from symfield.theory.norm import BatchNormResult, batchnorm
 from symfield.theory.phases import phase, xi_c, xi_q
 from symfield.theory.qstar import FixedPoints, fixed_points, q_star
 from symfield.theory.maps import (
@@ -52,6 +53,8 @@ __all__ = [
     # fixed points, lines, phases
     "q_star", "fixed_points", "FixedPoints", "c_star", "xi_q", "xi_c", "eoc", "eoc_curve", "eoc_depth", "DepthEOC",
     "neutrality", "phase",
+    # normalisation layers (docs/theory.md section 12)
+    "batchnorm", "BatchNormResult",
     "PhaseDiagram", "phase_diagram",
     # recursions
     "propagate", "divergence", "finite_width", "igb",

@@ -57,6 +57,7 @@ from symfield.core.version import provenance
 from symfield.core.progress import interactive, tqdm_class
 from symfield.symbolic.activation import Activation, activation
 from symfield.symbolic.formula import X as x
+from symfield.theory import norm as nm
 
 _F = "simulate"
 QUANTILES = (0.05, 0.5, 0.95)
@@ -436,7 +437,8 @@ def simulate(act: str | Activation, width: int, depth: int, sigma_w2: float, sig
              n_networks: int = 1, seed: int = 0, residual: float | None = None, *,
              inputs: Literal["orthonormal", "gaussian"] = "orthonormal", input_dim: int | None = None,
              method: Literal["gram", "weights"] = "gram", progress: bool | None = None,
-             blas_threads: int | None = 1) -> Simulation:
+             blas_threads: int | None = 1, norm: str | None = None, norm_at: str = "before",
+             batch: int | None = None) -> Simulation:
     """Simulate ``n_networks`` random networks of width N = ``width`` on P = ``n_inputs`` inputs.
 
     Per layer l = 1..depth (row 0 = the linear layer 1, as in ``sf.propagate``), with h_ia the
@@ -479,6 +481,14 @@ def simulate(act: str | Activation, width: int, depth: int, sigma_w2: float, sig
         Progress bar (default: on a terminal or in a notebook).
     blas_threads : int, optional
         BLAS threads during the run.
+    norm : {None, 'layer', 'batch'}
+        Real normalisation layers in every block ``[norm] -> phi -> [norm] -> W . + b`` (layers >= 2):
+        LayerNorm over the N units of each sample (subtract the mean, divide by the standard deviation,
+        ddof 0), BatchNorm over the P simulated inputs of each unit (the batch).
+    norm_at : {'before', 'after'}
+        Normalise the pre-activation h or phi(h) (pooled psi(h) for pools).
+    batch : int, optional
+        BatchNorm batch size: None or n_inputs (the simulated batch is the set of inputs).
 
     Returns
     -------
@@ -493,11 +503,38 @@ def simulate(act: str | Activation, width: int, depth: int, sigma_w2: float, sig
     act, k, width, depth, sw, sb, P, n_networks, seed, alpha, d = _validate(
         _F, act, width, depth, sigma_w2, sigma_b2, n_inputs, n_networks, seed, residual, inputs, input_dim, method)
     threads = None if blas_threads is None else check.integer(_F, "blas_threads", blas_threads, lo=1)
+    nrm = nm.options(_F, norm, norm_at, batch)
+    if nrm is not None and nrm.batch is not None and nrm.batch != P:
+        check.fail(_F, "batch", f"None or n_inputs = {P} (BatchNorm normalises over the simulated inputs)", batch)
+    if nrm is not None and alpha is not None:
+        check.fail(_F, "residual", "None with norm (normalised residual blocks are not supported)", residual)
     with _blas_threads(threads):
-        return _simulate(act, k, width, depth, sw, sb, P, n_networks, seed, alpha, d, inputs, method, progress)
+        return _simulate(act, k, width, depth, sw, sb, P, n_networks, seed, alpha, d, inputs, method, progress, nrm)
 
 
-def _simulate(act, k, width, depth, sw, sb, P, n_networks, seed, alpha, d, inputs, method, progress):
+def normalised(H, kind, axis_units=-1, axis_batch=-2):
+    """LayerNorm (over units, last axis) or BatchNorm (over samples, the axis before) of H: subtract the
+    mean, divide by the standard deviation (ddof 0), no learned scale or shift; 0 where H is constant."""
+    axis = axis_units if kind == "layer" else axis_batch
+    Z = H - H.mean(axis=axis, keepdims=True)
+    sd = np.sqrt((Z * Z).mean(axis=axis, keepdims=True))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(sd > 0, Z / np.where(sd > 0, sd, 1.0), 0.0)   # a constant unit gives 0 (eps -> 0)
+
+
+def _block(phi, pool, k, nrm):
+    """H -> repeat_k(norm_after(pool_k(phi(norm_before(H))))) of shape (..., N), the block's output."""
+    def f(H):
+        if nrm is not None and nrm.at == "before":
+            H = normalised(H, nrm.kind)
+        Y = _pooled(phi(H), pool, k)
+        if nrm is not None and nrm.at == "after":
+            Y = normalised(Y, nrm.kind)
+        return np.repeat(Y, k, axis=-1) if k > 1 else Y
+    return f
+
+
+def _simulate(act, k, width, depth, sw, sb, P, n_networks, seed, alpha, d, inputs, method, progress, nrm=None):
     data_seed, net_seeds = _seeds(seed, n_networks)
     X = _make_inputs(inputs, P, d, np.random.default_rng(data_seed))
     n_pairs = P * (P - 1) // 2
@@ -509,9 +546,12 @@ def _simulate(act, k, width, depth, sw, sb, P, n_networks, seed, alpha, d, input
     acc = _Acc(n_networks, depth, P, iu)
     phi, _ = _act_fns(act)
     pool = act.pool
+    if nrm is not None:     # the whole block as one map of H; pooling inside it
+        phi, pool, k = _block(phi, pool, k, nrm), None, 1
     params = dict(act=act.name, width=width, depth=depth, sigma_w2=sw, sigma_b2=sb, n_inputs=P,
                   n_networks=n_networks, seed=seed, residual=alpha, inputs=inputs if isinstance(inputs, str)
-                  else "array", input_dim=d, method=method)
+                  else "array", input_dim=d, method=method, norm=None if nrm is None else nrm.kind,
+                  norm_at=None if nrm is None else nrm.at)
     batch = max(1, min(n_networks, BATCH_ELEMENTS // (P * width)))
     bar = _progress(n_networks * depth, progress, f"simulate {act.name}")
     M1 = (sw / d) * (X @ X.T) + sb            # layer-1 conditional covariance (inputs fixed)

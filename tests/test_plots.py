@@ -78,7 +78,8 @@ def _small_results():
             "g0_densities": ((), {}, 1), "divergence": ((sf.divergence("relu", 1.5, 0.1, depth=40),), {}, 2),
             "class_gradients": ((g,), {}, 1), "gram_bands": ((gram,), {"width": 50}, 3),
             "jacobian_spectrum": ((spec,), {}, 1), "jacobian_depth": (([1, 2, 3], [[1, 2, 3]], ["a"]), {}, 1),
-            "isometry_map": ((iso,), {}, 1)}
+            "isometry_map": ((iso,), {}, 1),
+            "batchnorm_rates": ((("relu", "linear"), (4, 8)), {"measured": {"relu": ([8], [1.79], [0.01])}}, 1)}
 
 
 def test_each_plot_draws_on_given_axes_and_returns_the_figure(tmp_path):

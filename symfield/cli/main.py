@@ -178,15 +178,22 @@ def cmd_kernel(args):
     return 0
 
 
+def _norm_kw(args):
+    """The normalisation options of a command (docs/theory.md section 12)."""
+    return dict(norm=getattr(args, "norm", None), norm_at=getattr(args, "norm_at", "before"),
+                batch=getattr(args, "batch", None))
+
+
 def cmd_map(args):
     from symfield.theory import maps
     act = act_arg(args)
     q12 = args.q if args.q12 is None else args.q12
     q2 = args.q if args.q2 is None else args.q2
+    nk = _norm_kw(args)
     out = {
-        "q_map": maps.q_map(act, args.q, args.sigma_w2, args.sigma_b2, dps=args.dps),
-        "qab_map": maps.qab_map(act, args.q, q2, q12, args.sigma_w2, args.sigma_b2, dps=args.dps),
-        "chi1": maps.chi1(act, args.sigma_w2, args.sigma_b2, q=args.q, dps=args.dps),
+        "q_map": maps.q_map(act, args.q, args.sigma_w2, args.sigma_b2, dps=args.dps, **nk),
+        "qab_map": maps.qab_map(act, args.q, q2, q12, args.sigma_w2, args.sigma_b2, dps=args.dps, **nk),
+        "chi1": maps.chi1(act, args.sigma_w2, args.sigma_b2, q=None if args.norm else args.q, dps=args.dps, **nk),
     }
     import sympy as sp
 
@@ -223,8 +230,10 @@ def cmd_qstar(args):
 
 def cmd_eoc(args):
     from symfield.theory.eoc import eoc
-    e = eoc(act_arg(args), args.sigma_b2, dps=args.dps)
+    e = eoc(act_arg(args), args.sigma_b2, dps=args.dps, **_norm_kw(args))
     out = {k: getattr(e, k) for k in ("sigma_b2", "sigma_w2", "q_star")}
+    if args.norm:
+        out["ratio"] = e.ratio
     slope, note = float(e.q_slope), getattr(e, "note", "")
     if args.json:     # q_slope is float64 (a JSON number); stable: q_slope <= 1
         out.update(q_slope=slope, stable=e.stable, note=note)
@@ -235,6 +244,14 @@ def cmd_eoc(args):
     _print(args, out, dps=args.dps)
     return _check(args, {"sigma_w2": float(e.sigma_w2), "q_slope": slope}, "(float64 overflow?) try --dps 30",
                   nan_only=True)
+
+
+def cmd_batchnorm(args):
+    from symfield.theory.norm import batchnorm
+    r = batchnorm(act_arg(args), args.sigma_w2, args.sigma_b2, args.batch, norm_at=args.norm_at, dps=args.dps)
+    out = {k: getattr(r, k) for k in ("c_star", "gamma", "q_star", "q_ab_star", "rate", "method")}
+    _print(args, out, _params(args), dps=args.dps)
+    return 0
 
 
 def cmd_line(args):
@@ -282,7 +299,7 @@ def cmd_propagate(args):
     from symfield.theory.propagate import propagate
     out, _ = _files(args)
     r = propagate(act_arg(args), args.sigma_w2, args.sigma_b2, args.depth, q0=args.q0, qab0=args.qab0,
-                  residual=args.residual)
+                  residual=args.residual, dps=args.dps, **_norm_kw(args))
     from symfield.theory.propagate import STATUS
     data = {n: np.asarray(getattr(r, n), dtype=float) for n in ("q", "qab", "d", "c", "one_minus_c", "gamma")}
     status = int(r.status)
@@ -404,9 +421,11 @@ def cmd_simulate(args):
                          f"got {args.n_inputs}")
     out, plot = _files(args)
     act = act_arg(args)
+    nk = _norm_kw(args)
     s = simulate(act, args.width, args.depth, args.sigma_w2, args.sigma_b2, args.n_inputs, args.n_networks,
-                 args.seed, args.residual, method=args.method)
-    th = propagate(act, args.sigma_w2, args.sigma_b2, args.depth, residual=args.residual)
+                 args.seed, args.residual, method=args.method, **nk)
+    th = propagate(act, args.sigma_w2, args.sigma_b2, args.depth, residual=args.residual,
+                   **{**nk, "batch": args.n_inputs if args.norm == "batch" else None})
     q_th, qab_th = np.asarray(th.q, float), np.asarray(th.qab, float)
     data = {n: np.asarray(getattr(s, n)) for n in ("q", "qab", "c", "c05", "c50", "c95", "V", "Vtilde",
                                                      "gamma", "gamma_norm", "kurtosis")}
@@ -621,7 +640,7 @@ def cmd_derive(args):
     from symfield.reports.derive import derive
     if args.output and not Path(args.output).parent.is_dir():
         return fail(f"cannot write {args.output!r}: its directory does not exist")
-    tex = derive(act_arg(args))
+    tex = derive(act_arg(args), norm=getattr(args, "norm", False))
     if not args.output:
         sys.stdout.write(tex)
         return 0
@@ -651,6 +670,7 @@ def cmd_bench(args):
 
 
 COMMANDS = {"list": cmd_list, "kernel": cmd_kernel, "map": cmd_map, "qstar": cmd_qstar, "eoc": cmd_eoc,
+            "batchnorm": cmd_batchnorm,
             "eoc-curve": cmd_line, "neutrality": cmd_line, "propagate": cmd_propagate, "phase": cmd_phase,
             "divergence": cmd_divergence, "simulate": cmd_simulate, "gram": cmd_gram, "jacobian": cmd_jacobian,
             "gradients": cmd_gradients,

@@ -42,6 +42,15 @@ def _dps(p, default=None):
                    help=f"decimal digits (mpmath); default {default if default else 'float64'}")
 
 
+def _norm(p, batch_default=None):
+    p.add_argument("--norm", choices=["layer", "batch"], help="normalisation in every block: LayerNorm or BatchNorm "
+                   "(docs/theory.md section 12)")
+    p.add_argument("--norm-at", choices=["before", "after"], default="before",
+                   help="normalise the pre-activation h (before phi, default) or phi(h) (after)")
+    p.add_argument("--batch", type=int, default=batch_default,
+                   help="BatchNorm batch size B >= 2 (default: B -> infinity)")
+
+
 def _network(p, width, depth, n_inputs, n_networks):
     p.add_argument("--width", type=int, default=width, help=f"nodes per layer N (default {width})")
     p.add_argument("--depth", type=int, default=depth, help=f"layers L (default {depth})")
@@ -60,6 +69,7 @@ def _map(p):
     p.add_argument("--sigma-w2", type=float, default=1.0, help="weight variance (default 1)")
     p.add_argument("--sigma-b2", type=float, default=0.0, help="bias variance (default 0)")
     _dps(p)
+    _norm(p)
 
 
 def _qstar(p):
@@ -71,6 +81,15 @@ def _qstar(p):
 def _eoc(p):
     _common(p)
     p.add_argument("--sigma-b2", type=float, required=True, help="bias variance sigma_b^2 of the point")
+    _dps(p)
+    _norm(p)
+
+
+def _batchnorm(p):
+    _common(p)
+    _point(p)
+    p.add_argument("--batch", type=int, help="batch size B >= 2 (default: B -> infinity)")
+    p.add_argument("--norm-at", choices=["before", "after"], default="before", help="BatchNorm before or after phi")
     _dps(p)
 
 
@@ -90,6 +109,8 @@ def _propagate(p):
     p.add_argument("--q0", type=float, default=1.0, help="input variance (default 1)")
     p.add_argument("--qab0", type=float, default=0.0, help="input covariance (default 0)")
     p.add_argument("--residual", type=float, metavar="ALPHA", help="residual blocks q + ALPHA^2 (sigma_w2 V + sigma_b2)")
+    _norm(p)
+    _dps(p)
     _files(p)
 
 
@@ -119,6 +140,9 @@ def _simulate(p):
     _network(p, width=1000, depth=50, n_inputs=100, n_networks=4)
     p.add_argument("--method", choices=["gram", "weights"], default="gram",
                    help="gram: exact per-layer Gram sampling (default); weights: explicit weight matrices")
+    p.add_argument("--norm", choices=["layer", "batch"], help="real LayerNorm (over units) or BatchNorm (over the "
+                   "n-inputs samples) in every block")
+    p.add_argument("--norm-at", choices=["before", "after"], default="before", help="normalise h or phi(h)")
     _files(p, "c^(l) and gamma^(l) against depth with the simulated spread (percentiles over input pairs; "
               "min-max over fewer than 20 networks)")
 
@@ -168,6 +192,7 @@ def _gradients(p):
 def _derive(p):
     _common(p, json=False)
     p.add_argument("-o", "--output", metavar="FILE", help="write the .tex file here (default: standard output)")
+    p.add_argument("--norm", action="store_true", help="add a section on LayerNorm and BatchNorm")
 
 
 VERIFY_EXIT = """
@@ -201,7 +226,12 @@ SUBCOMMANDS = (
      ["symfield map erf --q 1 --q12 0.5 --sigma-w2 1.5 --sigma-b2 0.1 --dps 30"], _map),
     ("qstar", "variance fixed point q* and chi1 there",
      ["symfield qstar tanh --sigma-w2 1.76095 --sigma-b2 0.05 --dps 30"], _qstar),
-    ("eoc", "edge of chaos sigma_w2 (and q*) at one sigma_b2", ["symfield eoc tanh --sigma-b2 0.05 --dps 50"], _eoc),
+    ("eoc", "edge of chaos sigma_w2 (and q*) at one sigma_b2", ["symfield eoc tanh --sigma-b2 0.05 --dps 50",
+                                                                "symfield eoc tanh --sigma-b2 0.1 --norm layer --dps 30"], _eoc),
+    ("batchnorm", "BatchNorm on an equicorrelated batch: the batch fixed point c*, gamma and the gradient rate "
+                  "lambda_B",
+     ["symfield batchnorm relu --sigma-w2 2 --sigma-b2 0.1 --batch 8", "symfield batchnorm tanh --sigma-w2 1 "
+      "--sigma-b2 0 --norm-at after --batch 16 --json"], _batchnorm),
     ("eoc-curve", "edge-of-chaos line: sigma_w2 and q* for each sigma_b2 of a range",
      ["symfield eoc-curve tanh --sigma-b2 0:0.3:31", "symfield eoc-curve erf --sigma-b2 0.01:0.2:5 --dps 30 -o erf-eoc.csv",
       "symfield eoc-curve tanh --pool avg --k 2 --sigma-b2 0:0.2:21 -o eoc.nc --json"],

@@ -450,3 +450,26 @@ def isometry_map(diagram, pd=None, ax=None, path=None, title=None, act=None, dpi
     ax.set_title(title or f"{p.get('act', '')}, {p.get('weights', '')} weights, L = {p.get('depth', '')}: "
                           "spread of the Jacobian spectrum", fontsize=9)
     return _finish(fig or ax.figure, path, dpi, own=fig is not None)
+
+
+def batchnorm_rates(acts=("relu", "tanh", "gelu", "linear"), batches=(4, 6, 8, 12, 16, 32, 64, 128, 256),
+                    measured=None, ax=None, path=None, dpi=None):
+    """The BatchNorm gradient rate lambda_B (BN before phi, docs/theory.md section 12.3) against the batch
+    size B for each activation, with its B -> infinity limit E[phi'^2]/Var phi dashed; ``measured`` maps an
+    activation to (B values, means, standard errors) from networks, drawn as error bars. On ``ax`` (default:
+    a new figure); saved to ``path`` (.png at ``dpi``, .pdf/.svg). Returns the figure."""
+    from symfield.theory.norm import batchnorm
+    fig, ax, own = _own(ax, (5.6, 4.0))
+    for act in acts:
+        rates = [batchnorm(act, 1.0, 0.0, int(b)).rate for b in batches]
+        line, = ax.plot(batches, rates, "o-", ms=3, label=act)
+        ax.axhline(batchnorm(act, 1.0, 0.0).rate, color=line.get_color(), ls="--", lw=0.8)
+        if measured and act in measured:
+            b, m, se = measured[act]
+            ax.errorbar(b, m, yerr=se, fmt="x", color=line.get_color(), capsize=2)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size $B$")
+    ax.set_ylabel(r"gradient rate $\lambda_B$ per layer")
+    ax.set_title(r"BatchNorm before $\phi$ (dashed: $B\to\infty$)", fontsize=9)
+    ax.legend(fontsize=8)
+    return _finish(fig, path, dpi, own)

@@ -326,7 +326,8 @@ def _num(v) -> str:
 
 
 # ---------------------------------------------------------------- the document
-def derive(act: str | Activation, pool: Literal["max", "avg"] | None = None, k: int = 2) -> str:
+def derive(act: str | Activation, pool: Literal["max", "avg"] | None = None, k: int = 2,
+           norm: bool = False) -> str:
     """A complete, compilable LaTeX document deriving the mean-field theory of ``act`` step by step.
 
     Parameters
@@ -337,6 +338,8 @@ def derive(act: str | Activation, pool: Literal["max", "avg"] | None = None, k: 
         Pool over ``k`` nodes, as in :func:`symfield.activation`.
     k : int
         Pool size.
+    norm : bool
+        Add a section on LayerNorm and BatchNorm (docs/theory.md section 12).
 
     Returns
     -------
@@ -358,8 +361,10 @@ def derive(act: str | Activation, pool: Literal["max", "avg"] | None = None, k: 
     parts = [_preamble(act), _conventions(act), _activation_section(act, K)]
     if act.pool is not None and act.k > 1:
         parts.append(_pool_section(act))
-    parts += [_variance(K), _mean(K), _covariance(K), _distance(K), _slopes(K), _eoc(K), _depth(K), _igb(K), _numerics(K),
-              [r"\end{document}", ""]]
+    parts += [_variance(K), _mean(K), _covariance(K), _distance(K), _slopes(K), _eoc(K), _depth(K), _igb(K)]
+    if norm:
+        parts.append(_norm_section(K))
+    parts += [_numerics(K), [r"\end{document}", ""]]
     return "\n".join(line for part in parts for line in part)
 
 
@@ -576,6 +581,41 @@ def _slopes(K):
            *_map_block(K, "dV", r"V'(q)", r"The slope of the variance map is $\sigma_w^2 V'(q)$, with "
                                           r"$V'(q) = \E[\phi'^2 + \phi\phi'']$ by Gaussian integration by parts:"),
            ""]
+    return out
+
+
+def _norm_section(K):
+    """LayerNorm and BatchNorm maps of K (docs/theory.md section 12), with K's closed forms at q = 1."""
+    V1, d1, m1 = (K[n].subs(q, 1) for n in ("V", "dpsi2", "mean"))
+    V1, d1, m1 = (e if e.has(sp.Integral) else sp.simplify(e) for e in (V1, d1, m1))
+    ratio = d1 - V1 if d1.has(sp.Integral) or V1.has(sp.Integral) else sp.simplify(d1 - V1)
+    out = [r"\section{Normalisation layers}",
+           r"Blocks are $[\mathrm{norm}] \to \phi \to [\mathrm{norm}] \to W\cdot + b$, without learned scale "
+           r"or shift. \emph{LayerNorm before $\phi$} divides each sample's pre-activations by their root mean "
+           r"square (their mean over units vanishes at infinite width), so every sample enters $\psi$ at "
+           r"variance 1:",
+           *_plain(r"q' = \sigma_w^2 V(1) + \sigma_b^2, \qquad q_{12}' = \sigma_w^2 C(1, 1, c) + \sigma_b^2, \qquad "
+                   r"\chi_1 = \frac{\sigma_w^2\,\E[\psi'^2](1)}{\sigma_w^2 V(1) + \sigma_b^2},"),
+           r"with, for this activation,",
+           *_plain(f"V(1) = {tex(V1)}, \\qquad \\E[\\psi'^2](1) = {tex(d1)}."),
+           r"The phase depends on $\sigma_b^2/\sigma_w^2$ only; the edge of chaos is the ray",
+           *_plain(f"\\frac{{\\sigma_b^2}}{{\\sigma_w^2}} = \\E[\\psi'^2](1) - V(1) = {tex(ratio)}."),
+           r"\emph{LayerNorm after $\phi$} centres and scales $\psi$ over units, $m = \E[\psi](q)$, "
+           r"$s^2 = V(q) - m^2$, here $\E[\psi](1) = " + tex(m1) + r"$:",
+           *_plain(r"q' = \sigma_w^2 + \sigma_b^2, \qquad q_{12}' = \sigma_w^2\,\frac{C - m_a m_b}{s_a s_b} + "
+                   r"\sigma_b^2, \qquad 1 - \hat c = \frac{\E[(\psi(u) - \psi(v))^2]}{2\,\mathrm{Var}\,\psi},"),
+           *_plain(r"\chi_1 = \sigma_w^2\,\E[\psi'^2](q^*)/\mathrm{Var}\,\psi(q^*), \qquad q^* = \sigma_w^2 + "
+                   r"\sigma_b^2."),
+           r"\emph{BatchNorm} over an equicorrelated batch of $B$ samples maps each unit onto the sphere of radius "
+           r"$\sqrt{B}$ in the complement of $(1, \dots, 1)$, uniformly; before $\phi$ the gradient grows per "
+           r"layer by",
+           *_plain(r"\lambda_B = \frac{(B-1)\E d^2 + \E d_1 d_2 - \E d^2 x^2 + \E d_1 x_1 d_2 x_2}"
+                   r"{(B-3)(G_d - G_{od})} \;\xrightarrow{B\to\infty}\; \frac{\E[\phi'^2]}{\mathrm{Var}\,\phi} = "
+                   + (tex(sp.simplify(d1 / (V1 - m1 ** 2))) if not (d1.has(sp.Integral) or V1.has(sp.Integral)
+                                                                   or m1.has(sp.Integral))
+                      else r"\frac{\E[\psi'^2](1)}{V(1) - \E[\psi](1)^2}") + r","),
+           r"$d = \phi'(x)$, $G_d = \E\phi(x_1)^2$, $G_{od} = \E\phi(x_1)\phi(x_2)$ on that sphere; after $\phi$ "
+           r"the batch Gram matrix is $q^* = \sigma_w^2 + \sigma_b^2$, $q_{ab}^* = \sigma_b^2 - \sigma_w^2/(B-1)$.", ""]
     return out
 
 

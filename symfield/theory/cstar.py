@@ -22,6 +22,9 @@ from symfield.numeric.maps import maps
 from symfield.numeric.vroot import vroot
 from symfield.symbolic.activation import Activation
 
+from symfield.core import validate as check
+from symfield.symbolic.kernel import kernel
+from symfield.theory import norm as nm
 from symfield.theory.qstar import Q_MAX, at_infinity, limit_q, on_grid, q_star_points
 
 
@@ -217,7 +220,8 @@ def _c_star_solve(N, sw, sb):
 
 
 def c_star(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike,
-           dps: int | None = None) -> float | NDArray[Any] | mpmath.mpf:
+           dps: int | None = None, norm: str | None = None, norm_at: str = "before",
+           batch: int | None = None) -> float | NDArray[Any] | mpmath.mpf:
     """Stable correlation fixed point c* reached from c^(1) (float64 arrays; dps=N: mpmath).
 
     Parameters
@@ -228,6 +232,9 @@ def c_star(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike,
         Weight and bias variances (>= 0); arrays broadcast.
     dps : int, optional
         None for float64; N for mpmath numbers correct to N digits.
+    norm, norm_at, batch : optional
+        Normalisation (docs/theory.md section 12; float64 only): the normalised c-map's stable fixed point
+        reached from the inputs' c = 0, or the BatchNorm batch fixed point.
 
     Returns
     -------
@@ -239,4 +246,10 @@ def c_star(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike,
     >>> round(sf.c_star("tanh", 2.5, 0.05), 10)
     0.4468042323
     """
+    opts = nm.options("c_star", norm, norm_at, batch)
+    if opts is not None:
+        if dps is not None:
+            check.fail("c_star", "dps", "None with norm (the normalised c* is float64)", dps)
+        return nm.c_star_grid(kernel(act), opts, check.real("c_star", "sigma_w2", sigma_w2, lo=0),
+                              check.real("c_star", "sigma_b2", sigma_b2, lo=0))
     return on_grid("c_star", act, sigma_w2, sigma_b2, dps, _c_star_solve)

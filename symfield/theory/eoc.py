@@ -25,6 +25,7 @@ from symfield.symbolic.activation import Activation
 from symfield.symbolic.gaussian import q as Q
 from symfield.symbolic.kernel import kernel
 
+from symfield.theory import norm as nm
 from symfield.theory.qstar import Q_MAX, Q_MIN, q_slope, q_star_points
 
 
@@ -38,12 +39,16 @@ class EOC:
 
     Positively homogeneous psi of degree 1 (:func:`eoc_homogeneous`): the EOC is the vertical line
     sigma_w2 = 1/E[psi'^2], ``q_star`` is inf for sigma_b2 > 0, ``q_slope`` is q_growth =
-    sigma_w2 V(q)/q there, and ``note`` says so (empty for every other psi)."""
+    sigma_w2 V(q)/q there, and ``note`` says so (empty for every other psi).
+
+    Under LayerNorm before phi the edge of chaos is the ray sigma_b2/sigma_w2 = ``ratio`` =
+    E[psi'^2](1) - V(1) (NaN without a normalisation); ``q_star`` is then the variance entering the norm."""
     sigma_b2: float
     sigma_w2: float
     q_star: float
     q_slope: float = math.nan
     note: str = ""
+    ratio: float = math.nan
 
     @property
     def stable(self) -> bool:
@@ -179,7 +184,8 @@ def eoc_points(N, sb):
     return sw, qs
 
 
-def eoc(act: str | Activation, sigma_b2: float, dps: int | None = None) -> EOC:
+def eoc(act: str | Activation, sigma_b2: float, dps: int | None = None, norm: str | None = None,
+        norm_at: str = "before", batch: int | None = None) -> EOC:
     """Edge of chaos at ``sigma_b2``: result with .sigma_w2 and .q_star (bracketing root finder).
     Positively homogeneous psi (relu family): sigma_w2 = 1/E[psi'^2] at every sigma_b2, q* = inf
     for sigma_b2 > 0, explained in .note (:func:`eoc_homogeneous`).
@@ -192,11 +198,19 @@ def eoc(act: str | Activation, sigma_b2: float, dps: int | None = None) -> EOC:
         Bias variance (>= 0).
     dps : int, optional
         None for float64; N for mpmath numbers correct to N digits.
+    norm : {None, 'layer', 'batch'}
+        Normalisation (docs/theory.md section 12). LayerNorm before phi: the ray sigma_b2/sigma_w2 =
+        E[psi'^2](1) - V(1) (``.ratio``); after phi: the root of sigma_w2 E[psi'^2](q) = Var psi(q) at
+        q = sigma_w2 + sigma_b2. BatchNorm has no edge of chaos (lambda_B >= 1 whatever the weights): an error.
+    norm_at : {'before', 'after'}
+        Normalise the pre-activation h ("before") or phi(h) ("after").
+    batch : int, optional
+        BatchNorm batch size (only with norm='batch').
 
     Returns
     -------
     EOC
-        ``sigma_w2``, ``q_star``, ``q_slope`` (= sigma_w2 V'(q*); ``stable`` if <= 1) and ``note``.
+        ``sigma_w2``, ``q_star``, ``q_slope`` (= sigma_w2 V'(q*); ``stable`` if <= 1), ``note`` and ``ratio``.
 
     Examples
     --------
@@ -208,8 +222,11 @@ def eoc(act: str | Activation, sigma_b2: float, dps: int | None = None) -> EOC:
     K = kernel(act)
     dps = check.dps("eoc", dps)
     sb = float(check.real("eoc", "sigma_b2", sigma_b2, lo=0))
-    note = ""
+    opts = nm.options("eoc", norm, norm_at, batch)
     refuse_jumps(K)
+    if opts is not None:
+        return _normed_eoc(K, opts, sb, dps)
+    note = ""
     if K.degree_one:             # q_slope = sigma_w2 V'(q) = q_growth, the same at every q
         sw, qs, slope, note = eoc_homogeneous(K, sb, dps)
     else:
@@ -224,6 +241,39 @@ def eoc(act: str | Activation, sigma_b2: float, dps: int | None = None) -> EOC:
         with mpmath.workdps(dps):
             sb = to_mpf(sb)
     return EOC(sigma_b2=sb, sigma_w2=sw, q_star=qs, q_slope=slope, note=note)
+
+
+def _normed_eoc(K, opts, sb, dps):
+    """The edge of chaos under a normalisation (:func:`eoc`)."""
+    one = 1.0 if dps is None else mpmath.mpf(1)
+    sbn = sb if dps is None else to_mpf(sb)
+    if opts.kind == "batch":
+        rate = nm.bn_rate(K, opts.at, opts.batch, dps)[0] if opts.at == "before" else math.nan
+        raise InvalidValue(f"eoc: {K.act.name} under {opts.label} has no edge of chaos: the batch Gram matrix is at "
+                           f"its fixed point (c* < 1) after one layer whatever the weights"
+                           + (f", and the gradient rate lambda_B = {float(rate):.10g} per layer does not depend on "
+                              f"sigma_w2 or sigma_b2 (sf.batchnorm)." if opts.at == "before" else "."))
+    if opts.at == "after":
+        sw = nm.ln_after_eoc(K, sbn, dps)
+        ratio = sbn / sw if sw else math.nan
+        return EOC(sigma_b2=sbn, sigma_w2=sw, q_star=sw + sbn, q_slope=0.0, ratio=ratio,
+                   note=f"LayerNorm after phi: q* = sigma_w2 + sigma_b2, chi1 = sigma_w2 E[psi'^2](q*)/Var psi(q*) = 1.")
+    r = nm.ln_ratio(K, dps)
+    if not r >= 0 or (r == 0 and sb > 0):
+        raise InvalidValue(f"eoc: {K.act.name} under LayerNorm before phi has no edge of chaos at sigma_b2 = {sb:g}: "
+                           f"the ray sigma_b2/sigma_w2 = E[psi'^2](1) - V(1) = {float(r):.10g} "
+                           + ("< 0 (chi1 < 1 everywhere: ordered)." if r < 0 else "= 0 is the axis sigma_b2 = 0."))
+    if r == 0:
+        sw = math.nan * one
+        note = "LayerNorm before phi: E[psi'^2](1) = V(1), so every sigma_w2 at sigma_b2 = 0 is on the edge of chaos."
+    else:
+        sw = sbn / r
+        note = (f"LayerNorm before phi: the edge of chaos is the ray sigma_b2/sigma_w2 = E[psi'^2](1) - V(1) = "
+                f"{float(r):.12g}; chaotic below it (chi1 = E[psi'^2]/V(1) = "
+                f"{float(maps(K).dpsi2(1.0) / maps(K).V(1.0)):.10g} at sigma_b2 = 0), ordered above.")
+    q_in = sw * maps(K, dps).V(one) + sbn
+    q_in = float(q_in) if dps is None else q_in
+    return EOC(sigma_b2=sbn, sigma_w2=sw, q_star=q_in, q_slope=0.0, note=note, ratio=r)
 
 
 @dataclass(frozen=True)
@@ -305,7 +355,8 @@ def eoc_depth(act: str | Activation, sigma_b2: float, depth: int, q0: float = 1.
     return DepthEOC(sb, sw, L, q0, float(math.exp(val)), float((fp_ - fm) / (2 * h)), float(ql[1]))
 
 
-def eoc_curve(act: str | Activation, sigma_b2: ArrayLike, dps: int | None = None) -> NDArray[Any]:
+def eoc_curve(act: str | Activation, sigma_b2: ArrayLike, dps: int | None = None, norm: str | None = None,
+              norm_at: str = "before", batch: int | None = None) -> NDArray[Any]:
     """sigma_w2 on the edge of chaos for each sigma_b2 (array in, array out); for positively
     homogeneous psi the vertical line sigma_w2 = 1/E[psi'^2] (:func:`eoc_homogeneous`).
 
@@ -317,6 +368,9 @@ def eoc_curve(act: str | Activation, sigma_b2: ArrayLike, dps: int | None = None
         Bias variances (>= 0).
     dps : int, optional
         None for float64; N for mpmath numbers correct to N digits.
+    norm, norm_at, batch : optional
+        Normalisation (docs/theory.md section 12): the LayerNorm ray or curve, NaN where there is no
+        edge of chaos (every point under BatchNorm).
 
     Returns
     -------
@@ -331,7 +385,16 @@ def eoc_curve(act: str | Activation, sigma_b2: ArrayLike, dps: int | None = None
     K = kernel(act)
     dps = check.dps("eoc_curve", dps)
     sb = check.real("eoc_curve", "sigma_b2", sigma_b2, lo=0)
+    opts = nm.options("eoc_curve", norm, norm_at, batch)
     refuse_jumps(K)
+    if opts is not None:
+        out = np.empty(sb.shape, dtype=float if dps is None else object)
+        for idx in np.ndindex(sb.shape):
+            try:
+                out[idx] = _normed_eoc(K, opts, float(sb[idx]), dps).sigma_w2
+            except (ValueError, ArithmeticError):
+                out[idx] = math.nan
+        return out
     if K.degree_one:
         sw = eoc_homogeneous(K, 0.0, dps)[0]
         out = np.empty(sb.shape, dtype=float if dps is None else object)

@@ -24,6 +24,7 @@ from symfield.symbolic.activation import Activation
 from symfield.symbolic.integrals import kinds
 from symfield.symbolic.kernel import kernel
 from symfield.symbolic.kernel_type import MAPS
+from symfield.theory import norm as nm
 from symfield.theory.qstar import dpsi2_at_fixed_point, q_star
 
 
@@ -140,7 +141,8 @@ def C(act: str | Activation, q1: ArrayLike, q2: ArrayLike, q12: ArrayLike,
 
 
 def q_map(act: str | Activation, q: ArrayLike, sigma_w2: ArrayLike, sigma_b2: ArrayLike,
-          dps: int | None = None) -> NDArray[Any] | mpmath.mpf:
+          dps: int | None = None, norm: str | None = None, norm_at: str = "before",
+          batch: int | None = None) -> NDArray[Any] | mpmath.mpf:
     """Variance map q -> sigma_w2 V(q) + sigma_b2.
 
     Parameters
@@ -153,6 +155,13 @@ def q_map(act: str | Activation, q: ArrayLike, sigma_w2: ArrayLike, sigma_b2: Ar
         Weight and bias variances (>= 0); all arrays broadcast.
     dps : int, optional
         None for float64; N for mpmath numbers correct to N digits.
+    norm : {None, 'layer', 'batch'}
+        Normalisation in each block ``[norm] -> phi -> [norm] -> W . + b`` (docs/theory.md section 12):
+        LayerNorm before phi gives q' = sigma_w2 V(1) + sigma_b2, after phi sigma_w2 + sigma_b2.
+    norm_at : {'before', 'after'}
+        Normalise the pre-activation h ("before") or phi(h) ("after").
+    batch : int, optional
+        BatchNorm batch size B >= 2 (equicorrelated batch); None for B -> infinity.
 
     Returns
     -------
@@ -169,11 +178,25 @@ def q_map(act: str | Activation, q: ArrayLike, sigma_w2: ArrayLike, sigma_b2: Ar
     qv = _num("q_map", "q", q, dps, lo=0, lo_open=True)
     sw = _num("q_map", "sigma_w2", sigma_w2, dps, lo=0)
     sb = _num("q_map", "sigma_b2", sigma_b2, dps, lo=0)
+    opts = nm.options("q_map", norm, norm_at, batch)
+    if opts is not None:
+        return _normed_q(K, opts, sw, sb, qv, dps)
     return _combine(sw, sb, _out(maps(K, dps).V(qv), qv, dps), dps)
 
 
+def _normed_q(K, opts, sw, sb, qv, dps):
+    """q' under a normalisation (:mod:`symfield.theory.norm`)."""
+    if opts.kind == "layer":
+        out = nm.ln_q(K, opts.at, sw, sb, qv, dps)
+    else:
+        Gd = nm.bn_gram(K, opts.at, opts.batch, dps)[0]
+        out = _combine(sw, sb, Gd, dps) + (0 * qv if dps is None else 0)
+    return np.asarray(out, dtype=float)[()] if dps is None else out
+
+
 def qab_map(act: str | Activation, q1: ArrayLike, q2: ArrayLike, q12: ArrayLike, sigma_w2: ArrayLike,
-            sigma_b2: ArrayLike, dps: int | None = None) -> NDArray[Any] | mpmath.mpf:
+            sigma_b2: ArrayLike, dps: int | None = None, norm: str | None = None, norm_at: str = "before",
+            batch: int | None = None) -> NDArray[Any] | mpmath.mpf:
     """Covariance map q12 -> sigma_w2 C(Q1, Q2, Q12) + sigma_b2.
 
     Parameters
@@ -186,6 +209,12 @@ def qab_map(act: str | Activation, q1: ArrayLike, q2: ArrayLike, q12: ArrayLike,
         Weight and bias variances (>= 0); all arrays broadcast.
     dps : int, optional
         None for float64; N for mpmath numbers correct to N digits.
+    norm : {None, 'layer', 'batch'}
+        Normalisation in each block ``[norm] -> phi -> [norm] -> W . + b`` (docs/theory.md section 12).
+    norm_at : {'before', 'after'}
+        Normalise the pre-activation h ("before") or phi(h) ("after").
+    batch : int, optional
+        BatchNorm batch size B >= 2 (equicorrelated batch); None for B -> infinity.
 
     Returns
     -------
@@ -202,11 +231,29 @@ def qab_map(act: str | Activation, q1: ArrayLike, q2: ArrayLike, q12: ArrayLike,
     pair = _pair("qab_map", q1, q2, q12, dps, K.C)
     sw = _num("qab_map", "sigma_w2", sigma_w2, dps, lo=0)
     sb = _num("qab_map", "sigma_b2", sigma_b2, dps, lo=0)
+    opts = nm.options("qab_map", norm, norm_at, batch)
+    if opts is not None:
+        return _normed_qab(K, opts, sw, sb, pair, dps)
     return _combine(sw, sb, _out(maps(K, dps).C(*pair), pair[0], dps), dps)
 
 
+def _normed_qab(K, opts, sw, sb, pair, dps):
+    """q12' under a normalisation (:mod:`symfield.theory.norm`)."""
+    if opts.kind == "layer":
+        out = nm.ln_qab(K, opts.at, sw, sb, *pair, dps)
+        return np.asarray(out, dtype=float)[()] if dps is None else out
+    nm.require_equicorrelated("qab_map", pair[0], pair[1])
+    if np.any(np.asarray(pair[2] == pair[0], dtype=bool)):
+        raise InvalidValue("qab_map with norm='batch': a batch of identical inputs (q12 = q1 = q2, c = 1) has zero "
+                           "variance over the batch, so BatchNorm is 0/0; give q12 < q1.")
+    God = nm.bn_gram(K, opts.at, opts.batch, dps, pair[2] / pair[0])[1]
+    out = _combine(sw, sb, God, dps) + (0 * pair[2] if dps is None else 0)
+    return np.asarray(out, dtype=float)[()] if dps is None else out
+
+
 def chi1(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, q: ArrayLike | None = None,
-         dps: int | None = None) -> NDArray[Any] | mpmath.mpf:
+         dps: int | None = None, norm: str | None = None, norm_at: str = "before",
+         batch: int | None = None) -> NDArray[Any] | mpmath.mpf:
     """chi1 = sigma_w2 E[sum_j (d psi/du_j)^2] at q (default: at the variance fixed point q*).
 
     Parameters
@@ -218,9 +265,17 @@ def chi1(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, q: Arr
     q : array_like, optional
         The variance at which to evaluate (> 0); default q* (:func:`q_star`), where q* = inf gives
         the limit map's slope sigma_w2 E[psi_inf'^2] (gelu: sigma_w2/2) and q* = 0 gives
-        sigma_w2 E[psi'^2](0+).
+        sigma_w2 E[psi'^2](0+). Under a normalisation: the variance entering the norm (default its
+        fixed point); LayerNorm before phi: chi1 = sigma_w2 E[psi'^2](1)/q; after phi: sigma_w2
+        E[psi'^2](q)/Var psi(q); BatchNorm: the gradient rate lambda_B (no q, sigma_w2 or sigma_b2 dependence).
     dps : int, optional
         None for float64; N for mpmath numbers correct to N digits.
+    norm : {None, 'layer', 'batch'}
+        Normalisation in each block ``[norm] -> phi -> [norm] -> W . + b`` (docs/theory.md section 12).
+    norm_at : {'before', 'after'}
+        Normalise the pre-activation h ("before") or phi(h) ("after").
+    batch : int, optional
+        BatchNorm batch size B >= 2 (equicorrelated batch); None for B -> infinity.
 
     Returns
     -------
@@ -235,12 +290,26 @@ def chi1(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, q: Arr
     K = kernel(act)
     dps = check.dps("chi1", dps)
     sw = _num("chi1", "sigma_w2", sigma_w2, dps, lo=0)
-    _num("chi1", "sigma_b2", sigma_b2, dps, lo=0)
+    sb = _num("chi1", "sigma_b2", sigma_b2, dps, lo=0)
+    opts = nm.options("chi1", norm, norm_at, batch)
+    if opts is not None:
+        qv = None if q is None else _num("chi1", "q", q, dps, lo=0, lo_open=True)
+        return _normed_chi1(K, opts, sw, sb, qv, dps)
     if q is None:       # at q*: its limits q* = 0 and q* = inf included (the slope sf.phase uses)
         qs = q_star(act, sigma_w2, sigma_b2, dps=dps)
         return _combine(sw, 0, dpsi2_at_fixed_point(K, qs, dps), dps)
     qv = _num("chi1", "q", q, dps, lo=0, lo_open=True)
     return _combine(sw, 0, _out(maps(K, dps).dpsi2(qv), qv, dps), dps)
+
+
+def _normed_chi1(K, opts, sw, sb, qv, dps):
+    """chi1 under a normalisation (:mod:`symfield.theory.norm`)."""
+    if opts.kind == "batch":
+        rate = nm.bn_rate(K, opts.at, opts.batch, dps)[0]
+        out = rate + 0 * sw + 0 * sb if dps is None else rate
+    else:
+        out = nm.ln_chi1(K, opts.at, sw, sb, qv, dps)
+    return np.asarray(out, dtype=float)[()] if dps is None else out
 
 
 def chi1_tilde(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, q: ArrayLike,

@@ -24,6 +24,7 @@ from symfield.symbolic.kernel import kernel
 from symfield.symbolic.limits import limit_kernel
 from symfield.core import caches
 
+from symfield.theory import norm as nm
 from symfield.theory.cstar import c_star_f64
 from symfield.theory.qstar import Q_MAX
 
@@ -169,7 +170,8 @@ def _neutrality_refined(N, sb, q0):
 
 
 def neutrality(act: str | Activation, sigma_b2: ArrayLike, dps: int | None = None,
-               sigma_w2_max: float = 50.0) -> float | NDArray[Any] | mpmath.mpf:
+               sigma_w2_max: float = 50.0, norm: str | None = None, norm_at: str = "before",
+               batch: int | None = None) -> float | NDArray[Any] | mpmath.mpf:
     """sigma_w2 where c* = 1/2 (gamma* = 1) at each sigma_b2 > 0, by root finding on the
     eliminated equation of :func:`neutrality_line` (float64, arrays broadcast); dps=N refines
     the root in mpmath (secant from the float64 root, verified by its residual). Raises
@@ -185,6 +187,9 @@ def neutrality(act: str | Activation, sigma_b2: ArrayLike, dps: int | None = Non
         None for float64; N for mpmath numbers correct to N digits.
     sigma_w2_max : float
         Upper end of the search in sigma_w2.
+    norm, norm_at, batch : optional
+        Normalisation (docs/theory.md section 12; float64 only): the first sigma_w2 where the normalised
+        c* (:func:`symfield.c_star` with the same options) falls to 1/2.
 
     Returns
     -------
@@ -200,6 +205,12 @@ def neutrality(act: str | Activation, sigma_b2: ArrayLike, dps: int | None = Non
     dps = check.dps("neutrality", dps)
     sb = check.real("neutrality", "sigma_b2", sigma_b2, lo=0, lo_open=True)
     wmax = float(check.real("neutrality", "sigma_w2_max", sigma_w2_max, lo=0, lo_open=True))
+    opts = nm.options("neutrality", norm, norm_at, batch)
+    if opts is not None:
+        if dps is not None:
+            check.fail("neutrality", "dps", "None with norm (the normalised neutrality line is float64)", dps)
+        sw = np.array([nm.neutral_sigma_w2(K, opts, float(b), wmax) for b in sb.ravel()])
+        return sw.reshape(sb.shape) if sb.ndim else float(sw[0])
     sw, qs = neutrality_line(K, sb.ravel(), wmax)
     if np.isnan(sw).any():
         bad = sb.ravel()[np.isnan(sw)]

@@ -17,6 +17,7 @@ from symfield.core import validate as check
 from symfield.core.dataset import ToXarray
 from symfield.symbolic.activation import Activation
 from symfield.symbolic.kernel import kernel
+from symfield.theory import norm as nm
 from symfield.theory.eoc import eoc_point
 from symfield.theory.neutrality import neutrality_line
 from symfield.theory.phases import PHASES, phase_fields
@@ -51,6 +52,7 @@ class PhaseDiagram(ToXarray):
     c_depth: np.ndarray | None = field(default=None, repr=False)
     gamma_depth: np.ndarray | None = field(default=None, repr=False)
     eoc_stable: np.ndarray | None = field(default=None, repr=False)
+    norm: str | None = None
 
     @property
     def labels(self) -> np.ndarray:
@@ -65,7 +67,7 @@ class PhaseDiagram(ToXarray):
         data = {n: np.asarray(getattr(self, n)) for n in names}
         if self.depth is not None:
             data.update(c_depth=np.asarray(self.c_depth), gamma_depth=np.asarray(self.gamma_depth))
-        params = dict(act=self.act, eoc_tol=self.eoc_tol, depth=self.depth)
+        params = dict(act=self.act, eoc_tol=self.eoc_tol, depth=self.depth, norm=self.norm or "")
         return dict(data=data, coords={"sigma_w2": self.sigma_w2, "sigma_b2": self.sigma_b2},
                     dims={"eoc": ("sigma_b2",), "neutrality": ("sigma_b2",)}, params=params,
                     phases=list(PHASES), var_attrs={"c_depth": {"long_name": f"correlation c at layer {self.depth}"},
@@ -83,8 +85,24 @@ def _axis(name, v):
     return np.atleast_1d(arr).astype(float)
 
 
+def _normed_diagram(K, opts, W, B, sb_axis, depth, tol):
+    """Fields of a phase diagram under a normalisation: every point by :func:`symfield.theory.norm.normed_phase`,
+    the edge of chaos per sigma_b2 (LayerNorm before phi: the ray sigma_w2 = sigma_b2/ratio), no
+    neutrality line (NaN)."""
+    out = np.array([nm.normed_phase(K, opts, float(w), float(b))[:4] for w, b in zip(W.ravel(), B.ravel())])
+    qs, cs, gamma, slope = out.T
+    codes = np.array([nm.phase_code(c, s, tol) for c, s in zip(cs, slope)])
+    eoc = np.array([nm.eoc_sigma_w2(K, opts, float(b)) for b in sb_axis])
+    c_d = g_d = None
+    if depth is not None:
+        r = propagate(K.act, W, B, depth, layers=[depth], norm=opts.kind, norm_at=opts.at, batch=opts.batch)
+        c_d, g_d = r.c[0], r.gamma[0]
+    return codes, qs, cs, gamma, slope, eoc, np.full(sb_axis.shape, np.nan), c_d, g_d
+
+
 def phase_diagram(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, depth: int | None = None,
-                  eoc_tol: float = 1e-6) -> PhaseDiagram:
+                  eoc_tol: float = 1e-6, norm: str | None = None, norm_at: str = "before",
+                  batch: int | None = None) -> PhaseDiagram:
     """Classify every point of the grid sigma_w2 x sigma_b2 (1-D axes) into the five phases.
 
     Parameters
@@ -97,6 +115,9 @@ def phase_diagram(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLik
         Also record c and gamma at this layer (``c_depth``, ``gamma_depth``).
     eoc_tol : float
         Edge-of-chaos band abs(chi1 - 1) <= eoc_tol (as in :func:`phase`).
+    norm, norm_at, batch : optional
+        Normalisation (docs/theory.md section 12), as in :func:`phase`; the ``eoc`` line is then the
+        LayerNorm ray or curve (NaN under BatchNorm) and ``neutrality`` is NaN.
 
     Returns
     -------
@@ -115,8 +136,14 @@ def phase_diagram(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLik
     if depth is not None:
         depth = check.integer("phase_diagram", "depth", depth, lo=1)
     W, B = np.meshgrid(sw_axis, sb_axis, indexing="ij")
-    codes, qs, cs, gamma, slope = phase_fields(K, W.ravel(), B.ravel(), tol)
     shape = W.shape
+    opts = nm.options("phase_diagram", norm, norm_at, batch)
+    if opts is not None:
+        codes, qs, cs, gamma, slope, eoc, neut, c_d, g_d = _normed_diagram(K, opts, W, B, sb_axis, depth, tol)
+        return PhaseDiagram(K.act.name, sw_axis, sb_axis, codes.reshape(shape), qs.reshape(shape),
+                            cs.reshape(shape), gamma.reshape(shape), slope.reshape(shape), eoc, neut,
+                            tol, depth, c_d, g_d, np.ones(sb_axis.shape, bool), opts.label)
+    codes, qs, cs, gamma, slope = phase_fields(K, W.ravel(), B.ravel(), tol)
     eoc = np.full(sb_axis.shape, np.nan)
     stable = np.ones(sb_axis.shape, bool)
     for i, b in enumerate(sb_axis):

@@ -17,6 +17,7 @@ from symfield.numeric.maps import maps
 from symfield.symbolic.activation import Activation
 from symfield.symbolic.kernel import kernel
 
+from symfield.theory import norm as nm
 from symfield.theory.cstar import c_star_f64, gap_star
 from symfield.theory.qstar import at_infinity, fixed_points, limit_q
 
@@ -78,7 +79,8 @@ def _phase_note(K, sw, sb, qs, cs, slope):
 
 
 def phase(act: str | Activation, sigma_w2: float, sigma_b2: float, eoc_tol: float = 1e-6,
-          full: bool = False) -> str | Phase:
+          full: bool = False, norm: str | None = None, norm_at: str = "before",
+          batch: int | None = None) -> str | Phase:
     """One of PHASES. c* = 1 (gamma* = inf): ordered / edge-of-chaos / chaotic by the slope
     chi1 (< 1, abs(chi1 - 1) <= eoc_tol, > 1); c* in (1/2, 1): prejudice; c* <= 1/2: neutrality.
     chi1 is taken at q* (at q = 1 for positively homogeneous psi when q* is 0 or inf, where it
@@ -97,6 +99,13 @@ def phase(act: str | Activation, sigma_w2: float, sigma_b2: float, eoc_tol: floa
         Half-width of the edge-of-chaos band in chi1.
     full : bool
         Return the :class:`Phase` record instead of its label.
+    norm : {None, 'layer', 'batch'}
+        Normalisation (docs/theory.md section 12): c* of the normalised c-map and chi1 = its slope at
+        c = 1 (LayerNorm), or the batch fixed point and the gradient rate lambda_B (BatchNorm).
+    norm_at : {'before', 'after'}
+        Normalise the pre-activation h ("before") or phi(h) ("after").
+    batch : int, optional
+        BatchNorm batch size B >= 2; None for B -> infinity.
 
     Returns
     -------
@@ -112,6 +121,11 @@ def phase(act: str | Activation, sigma_w2: float, sigma_b2: float, eoc_tol: floa
     sw = float(check.real("phase", "sigma_w2", sigma_w2, lo=0))
     sb = float(check.real("phase", "sigma_b2", sigma_b2, lo=0))
     tol = float(check.real("phase", "eoc_tol", eoc_tol, lo=0))
+    opts = nm.options("phase", norm, norm_at, batch)
+    if opts is not None:
+        qs, cs, gamma, slope, note = nm.normed_phase(K, opts, sw, sb)
+        code = nm.phase_code(cs, slope, tol)
+        return PHASES[code] if not full else Phase(PHASES[code], qs, cs, gamma, slope, note)
     codes, qs, cs, gamma, slope = (v[0] for v in phase_fields(K, np.array([sw]), np.array([sb]), tol))
     label = PHASES[int(codes)]
     if not full:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 from functools import cached_property
 
+import mpmath
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -25,7 +26,9 @@ from symfield.core.dataset import ToXarray, grid_coords
 from symfield.numeric.kernels.layout import DOMAIN, OK, OVERFLOW, UNDERFLOW
 from symfield.numeric.maps import maps
 from symfield.symbolic.activation import Activation
+from symfield.numeric.evaluate import GUARD_DIGITS, to_mpf
 from symfield.symbolic.kernel import kernel
+from symfield.theory import norm as nm
 
 _F = "propagate"
 METHODS = ("auto", "table", "quadrature")
@@ -166,10 +169,35 @@ def _validate(sigma_w2, sigma_b2, depth, q0, qab0, layers, residual, qbb0, metho
     return depth, sw, sb, shape, qa0, qb0, qab, store, alpha
 
 
+def _layerwise(K, opts, swf, sbf, shape, qa0, qb0, qab, d0, depth, store, alpha, dps):
+    """The recursion layer by layer on the engine (:func:`symfield.theory.norm.recursion`): normalised maps,
+    or any maps at ``dps``."""
+    if alpha is not None:
+        check.fail(_F, "residual", "None with norm or dps (residual normalised blocks are not supported)", alpha)
+    if dps is not None:
+        with mpmath.workdps(dps + GUARD_DIGITS):
+            swf, sbf = (np.frompyfunc(to_mpf, 1, 1)(v) for v in (swf, sbf))
+            qa0, qb0, qab, d0 = (to_mpf(v) for v in (qa0, qb0, qab, d0))
+    qa, qb, qq, d = nm.recursion(K, opts, swf, sbf, qa0, qb0, qab, d0, depth, dps)
+    pick = store - 1
+    rows = (store.size,) + tuple(shape)
+    general = qa0 != qb0 and (opts is None or depth == 1 or any(store == 1))
+    return Propagation(
+        q=qa[pick].reshape(rows), qab=qq[pick].reshape(rows), qbb=qb[pick].reshape(rows) if general else None,
+        layers=store, status=np.zeros(shape, np.int8), grid_shape=tuple(shape),
+        method="mpmath" if dps is not None else "numpy-norm",
+        params=dict(act=K.act.name, depth=depth, q0=float(qa0), qab0=float(qab), qbb0=float(qb0), d0=float(d0),
+                    residual=None, norm=None if opts is None else opts.kind,
+                    norm_at=None if opts is None else opts.at, batch=None if opts is None else opts.batch, dps=dps),
+        d=d[pick].reshape(rows), last_finite=np.full(shape, depth), sigma_w2=swf.reshape(shape),
+        sigma_b2=sbf.reshape(shape))
+
+
 def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, depth: int, q0: float = 1.0,
               qab0: float = 0.0, layers: ArrayLike | None = None, residual: float | None = None,
               qbb0: float | None = None, method: Literal["auto", "table", "quadrature"] = "auto",
-              d0: float | None = None) -> Propagation:
+              d0: float | None = None, norm: str | None = None, norm_at: str = "before",
+              batch: int | None = None, dps: int | None = None) -> Propagation:
     """Propagate q and q12 of two inputs through ``depth`` layers on a broadcast grid.
 
     Parameters
@@ -194,6 +222,11 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
     d0 : float, optional
         The inputs' squared distance q0 + qbb0 - 2 qab0, for inputs too close for qab0 to resolve it
         (then qab0 = (q0 + qbb0 - d0)/2).
+    norm, norm_at, batch : optional
+        None / "layer" / "batch", "before" / "after" phi, BatchNorm batch size (None: B -> inf); the
+        normalised maps of docs/theory.md section 12, run layer by layer on the engine (method "numpy-norm").
+    dps : int, optional
+        mpmath numbers at N digits, layer by layer on the engine (object arrays; method "mpmath").
 
     Returns
     -------
@@ -223,6 +256,9 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
         if d0 > 2 * (qa0 + qb0):
             check.fail(_F, "d0", f"a squared distance 0 <= d0 <= 2 (q0 + qbb0) = {2 * (qa0 + qb0)!r}", d0)
         qab = (qa0 + qb0 - d0) / 2
+    opts, dps = nm.options(_F, norm, norm_at, batch), check.dps(_F, dps)
+    if opts is not None or dps is not None:
+        return _layerwise(K, opts, swf, sbf, shape, qa0, qb0, qab, d0, depth, store, alpha, dps)
     out, status, last, how, error, info = maps(K, method=method).run_grid(
         swf, sbf, qa0, qb0, qab, d0, depth, store, alpha2, alpha is not None, general)
     rows = (store.size,) + tuple(shape)

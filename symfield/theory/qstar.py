@@ -26,6 +26,7 @@ from symfield.numeric.vroot import vroot
 from symfield.symbolic.activation import Activation
 from symfield.symbolic.kernel import kernel
 from symfield.symbolic.limits import limit_kernel
+from symfield.theory import norm as nm
 
 Q_MIN, Q_MAX = 1e-12, 1e12
 
@@ -256,7 +257,8 @@ def fixed_points(act: str | Activation, sigma_w2: float, sigma_b2: float, q0: fl
 
 
 def q_star(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike,
-           dps: int | None = None) -> float | NDArray[Any] | mpmath.mpf:
+           dps: int | None = None, norm: str | None = None, norm_at: str = "before",
+           batch: int | None = None) -> float | NDArray[Any] | mpmath.mpf:
     """The variance fixed point q* (float64 arrays broadcast; dps=N gives mpmath numbers).
 
     Parameters
@@ -267,6 +269,10 @@ def q_star(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike,
         Weight and bias variances (>= 0); arrays broadcast.
     dps : int, optional
         None for float64; N for mpmath numbers correct to N digits.
+    norm, norm_at, batch : optional
+        Normalisation (docs/theory.md section 12): q* of the pre-activations entering the norm, reached
+        after one normalised layer (LayerNorm: sigma_w2 V(1) + sigma_b2 before phi, sigma_w2 + sigma_b2
+        after; BatchNorm: sigma_w2 G_d + sigma_b2).
 
     Returns
     -------
@@ -278,6 +284,9 @@ def q_star(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike,
     >>> round(sf.q_star("tanh", 1.5, 0.05), 10)
     0.4180372005
     """
+    opts = nm.options("q_star", norm, norm_at, batch)
+    if opts is not None:
+        return on_grid("q_star", act, sigma_w2, sigma_b2, dps, lambda N, sw, sb: nm.q_star_normed(N, opts, sw, sb))
     return on_grid("q_star", act, sigma_w2, sigma_b2, dps, lambda N, sw, sb: N.ctx.run(partial(q_star_points, N), sw, sb))
 
 

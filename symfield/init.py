@@ -17,7 +17,7 @@ import math
 import numbers
 import warnings
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -393,7 +393,8 @@ def record_torch(model, types=None):
     """Context manager recording the outputs (pre-activations) of every Linear/Conv module of ``model``.
 
     Yields a list that, after the forward pass, holds one numpy array per call, shape (batch, -1), in
-    call order; pass it to :func:`diagnose`. The hooks are removed on exit.
+    call order, in the module's float type (float16/bfloat16 as float32: pass ``precision=`` to
+    :func:`diagnose` then); pass it to :func:`diagnose`. The hooks are removed on exit.
 
     Examples
     --------
@@ -406,7 +407,8 @@ def record_torch(model, types=None):
     out, handles = [], []
 
     def hook(mod, inputs, output):
-        out.append(output.detach().reshape(output.shape[0], -1).cpu().double().numpy())
+        h = output.detach().reshape(output.shape[0], -1).cpu()
+        out.append((h.float() if h.dtype in (torch.float16, torch.bfloat16) else h).numpy())
 
     for mod in model.modules():
         if isinstance(mod, types):
@@ -420,9 +422,61 @@ def record_torch(model, types=None):
 
 # ---------------------------------------------------------------- diagnosis
 DIAGNOSIS_STATUS = {0: "inside the band", 1: "outside the band", 2: "non-finite measurement",
-                    3: "not compared (no band)"}
-DIAGNOSIS_STATUS_NAMES = ("inside_band", "outside_band", "non_finite_measurement", "not_compared")
+                    3: "not compared (no band)", 4: "c and gamma beyond the recording precision (e.g. float32)"}
+DIAGNOSIS_STATUS_NAMES = ("inside_band", "outside_band", "non_finite_measurement", "not_compared",
+                          "beyond_recording_precision")
 STATS = ("q", "c", "gamma")
+FAMILY_ALPHA = 0.05     # z=None: P(any band misses | the theory holds) <= 5 % (Bonferroni over the compared bands)
+RESOLUTION = 1e3        # 1 - c below RESOLUTION eps^2 is rounding noise of the recording's float type,
+RESOLUTION_C = 100      # and below RESOLUTION_C eps64 that of c = Q_ab/sqrt(Q_aa Q_bb) computed in float64
+
+
+def precision_floor(eps):
+    """Smallest 1 - c a recording in a float type of machine epsilon ``eps`` resolves:
+    max(RESOLUTION eps^2, RESOLUTION_C eps64); 1.42e-11 for float32, 2.22e-14 for float64.
+
+    Inputs whose pre-activations differ by a relative delta have 1 - c ~ delta^2/2; a float type stores
+    each entry to a relative eps/2, so 1 - c below ~eps^2 is rounding (measured gamma ~ 1/eps^2 ~ 1e14 in
+    float32 however ordered the network), and c itself, a ratio computed in float64, is exact to ~eps64."""
+    return np.maximum(RESOLUTION * np.asarray(eps, float) ** 2, RESOLUTION_C * np.finfo(float).eps)
+
+
+def family_z(m: int, alpha: float = FAMILY_ALPHA) -> float:
+    """Half-width in sd of m two-sided normal bands that together miss with probability <= alpha (Bonferroni):
+    z = Phi^{-1}(1 - alpha/(2m)); 1.96 for m = 1, 2.865 for m = 12, 3.19 for m = 72.
+
+    One 2-sd band covers ~95 %, but 12 of them all cover one network only ~91 % of the time: over 1000
+    seeded torch relu networks (width 256, depth 4, 4 inputs; scripts/diagnose_coverage.py) the q bands
+    of :func:`diagnose` covered 95.4-97.5 %, the c and gamma bands 99.7-100 % (their sd is one pair's, an
+    upper bound for the mean over pairs); all 12 at z = 2: 90.8 % of networks, at family_z(12): 99.5 %.
+
+    Examples
+    --------
+    >>> round(family_z(12), 3)
+    2.865
+    """
+    from statistics import NormalDist
+    m = max(int(m), 1)
+    return NormalDist().inv_cdf(1 - alpha / (2 * m))
+
+
+def _layer_eps(h, precision):
+    """Machine epsilon of one recorded layer: ``precision`` when given, else its float dtype's (torch dtypes by
+    name; bfloat16 2^-7), float64's for anything else."""
+    d = precision if precision is not None else getattr(h, "dtype", None)
+    name = str(d).replace("torch.", "")
+    if name == "bfloat16":
+        return 2.0 ** -7
+    try:
+        dt = np.dtype(name) if d is not None else np.dtype(float)
+    except TypeError:
+        dt = None
+    if dt is None or not np.issubdtype(dt, np.floating):
+        if precision is not None:
+            raise InvalidValue(f"The 'precision' parameter of init.diagnose must be a float dtype (e.g. 'float32'). "
+                               f"Got {precision!r} instead.")
+        dt = np.dtype(float)
+    return float(np.finfo(dt).eps)
 
 
 @dataclass(frozen=True)
@@ -436,6 +490,9 @@ class Diagnosis(ToXarray):
     ``sf.gram_fluctuations`` for several; NaN where not available). ``*_flag``: outside mean +- z sd, or
     not finite (c and gamma need two inputs). ``status`` per layer (DIAGNOSIS_STATUS), ``reasons`` in words;
     ``ok`` is False when a layer is flagged, None when nothing was compared (no band), else True.
+    ``eps``: machine epsilon of each recorded layer; where the measured 1 - c is below :func:`precision_floor`
+    the inputs' pre-activations agree to rounding (float32 saturation of an ordered network): c and gamma
+    are not compared there (status 4), instead of a false alarm against a band the recording cannot resolve.
     ``to_xarray()``: every array over ``layer``, ``status`` with CF flags.
     """
     layers: np.ndarray
@@ -454,19 +511,34 @@ class Diagnosis(ToXarray):
     z: float = 2.0
     params: dict = field(default_factory=dict)
     note: str = ""
+    eps: np.ndarray | None = None
     STATUS = DIAGNOSIS_STATUS
 
     def _applies(self, name: str) -> bool:
         return name == "q" or self.params.get("n_inputs", 2) > 1
 
+    @property
+    def beyond_precision(self) -> np.ndarray:
+        """Per layer: 1 - c (measured) < :func:`precision_floor`, the rounding floor of the recording."""
+        if not self._applies("c"):
+            return np.zeros(len(self.layers), bool)
+        eps = np.full(len(self.layers), np.finfo(float).eps) if self.eps is None else np.asarray(self.eps, float)
+        with np.errstate(invalid="ignore"):
+            return np.isfinite(self.q) & np.isfinite(self.c) & (1 - self.c < precision_floor(eps))
+
+    def _skip(self, name):
+        return np.zeros(len(self.layers), bool) if name == "q" else self.beyond_precision
+
     def nonfinite(self, name: str) -> np.ndarray:
-        """Per layer: the measured statistic ``name`` is NaN or infinite (where it applies)."""
-        return ~np.isfinite(getattr(self, name)) if self._applies(name) else np.zeros(len(self.layers), bool)
+        """Per layer: the measured statistic ``name`` is NaN or infinite (where it applies and is resolvable)."""
+        if not self._applies(name):
+            return np.zeros(len(self.layers), bool)
+        return ~np.isfinite(getattr(self, name)) & ~self._skip(name)
 
     def compared(self, name: str) -> np.ndarray:
-        """Per layer: a finite band exists for ``name``."""
+        """Per layer: a finite band exists for ``name`` and the recording resolves it."""
         band = np.isfinite(getattr(self, f"{name}_mean")) & np.isfinite(getattr(self, f"{name}_sd"))
-        return band if self._applies(name) else np.zeros(len(self.layers), bool)
+        return band & ~self._skip(name) if self._applies(name) else np.zeros(len(self.layers), bool)
 
     def outside(self, name: str) -> np.ndarray:
         """Per layer: the finite measurement lies outside mean +- z sd."""
@@ -496,12 +568,13 @@ class Diagnosis(ToXarray):
 
     @property
     def status(self) -> np.ndarray:
-        """Per layer (DIAGNOSIS_STATUS): 2 a non-finite measurement, else 1 outside a band, else 3 when no
-        statistic had a band, else 0."""
+        """Per layer (DIAGNOSIS_STATUS): 2 a non-finite measurement, else 1 outside a band, else 4 when c and
+        gamma are beyond the recording precision, else 3 when no statistic had a band, else 0."""
         bad = np.any([self.nonfinite(n) for n in STATS], axis=0)
         out = np.any([self.outside(n) for n in STATS], axis=0)
         seen = np.any([self.compared(n) for n in STATS], axis=0)
-        return np.where(bad, 2, np.where(out, 1, np.where(seen, 0, 3))).astype(np.int8)
+        code = np.where(bad, 2, np.where(out, 1, np.where(self.beyond_precision, 4, np.where(seen, 0, 3))))
+        return code.astype(np.int8)
 
     @property
     def reasons(self) -> list:
@@ -517,8 +590,18 @@ class Diagnosis(ToXarray):
             why += [f"{n} = {getattr(self, n)[i]:.6g} outside {band(n, i)}" for n in STATS if self.outside(n)[i]]
             if not why and status[i] == 3:
                 why = ["not compared: no finite-width band"]
+            if self.beyond_precision[i]:
+                why.append(self._precision_reason(i))
             rows.append("; ".join(why))
         return rows
+
+    def _precision_reason(self, i):
+        eps = float(self.eps[i]) if self.eps is not None else float(np.finfo(float).eps)
+        kind = {float(np.finfo(t).eps): t.__name__ for t in (np.float16, np.float32, np.float64)}.get(eps, "bfloat16"
+                                                                                                      if eps == 2.0 ** -7 else f"eps {eps:.3g}")
+        return (f"{kind} saturation: measured 1 - c = {1 - self.c[i]:.3g} < {float(precision_floor(eps)):.3g} "
+                f"(precision_floor), the inputs agree to rounding, so c and gamma (= {self.gamma[i]:.3g}) "
+                f"are not measurable here (theory 1 - c = {1 - self.c_theory[i]:.3g}); q is still compared")
 
     @property
     def ok(self) -> bool | None:
@@ -533,7 +616,7 @@ class Diagnosis(ToXarray):
         p = self.params
         head = (f"diagnose: {p['act']}, sigma_w2={p['sigma_w2']:g}, sigma_b2={p['sigma_b2']:g}, width={p['width']}, "
                 f"{p['n_inputs']} inputs, q0={p['q0']:.6g}, qab0={p['qab0']:.6g}; band = width-{p['width']} "
-                f"mean +- {self.z:g} sd")
+                f"mean +- {self.z:.4g} sd ({p.get('z_rule', 'given')})")
 
         def cell(x, t, m, s, f):
             band = "" if not np.isfinite(s) else f"[{m - self.z * s:.4g}, {m + self.z * s:.4g}]"
@@ -542,17 +625,20 @@ class Diagnosis(ToXarray):
         cols = f"{'layer':>5} | {'q':>9} {'theory':>9} {'band':>21}  | {'c':>9} {'theory':>9} {'band':>21}  |" \
                f" {'gamma':>9} {'theory':>9} {'band':>21}  | flag"
         rows = [head, cols, "-" * len(cols)]
-        word = {0: "ok", 1: "OUTSIDE", 2: "NON-FINITE", 3: "not compared"}
+        word = {0: "ok", 1: "OUTSIDE", 2: "NON-FINITE", 3: "not compared", 4: "ok (c, gamma beyond precision)"}
         marks, status = {n: self._flag(n) for n in STATS}, self.status
         for i, l in enumerate(self.layers):
             rows.append(f"{l:>5} | " + " | ".join(cell(getattr(self, n)[i], getattr(self, n + "_theory")[i],
                                                        getattr(self, n + "_mean")[i], getattr(self, n + "_sd")[i],
                                                        marks[n][i]) for n in STATS)
                         + " | " + word[int(status[i])])
-        counts = [int((status == k).sum()) for k in (1, 2, 3)]
+        counts = [int((status == k).sum()) for k in (1, 2, 3, 4)]
         verdict = {True: "ok", False: "NOT ok", None: "inconclusive (nothing compared)"}[self.ok]
+        sat = (f" {counts[3]} with c and gamma beyond the recording precision (float saturation, see reasons)."
+               if counts[3] else "")
         rows.append(f"{counts[0]} of {len(self.layers)} layers outside the band, {counts[1]} non-finite, "
-                    f"{counts[2]} not compared (* marks the statistic): {verdict}." + (f" {self.note}" if self.note else ""))
+                    f"{counts[2]} not compared (* marks the statistic): {verdict}." + sat
+                    + (f" {self.note}" if self.note else ""))
         return "\n".join(rows)
 
     __str__ = table
@@ -562,6 +648,8 @@ class Diagnosis(ToXarray):
         data = {f"{n}{s}": np.asarray(getattr(self, f"{n}{s}"), dtype=float) for n in STATS
                 for s in ("", "_theory", "_mean", "_sd")}
         data.update({f"{n}_flag": self._flag(n).astype(np.int8) for n in STATS}, status=self.status)
+        if self.eps is not None:
+            data["eps"] = np.asarray(self.eps, float)
         va = {"status": {"long_name": "layer status (see flag_meanings)", **flags(DIAGNOSIS_STATUS_NAMES)}}
         for n, what in (("q", "variance q"), ("c", "correlation c"), ("gamma", "gamma")):
             va[n] = {"long_name": f"measured {what}", "units": "1"}
@@ -571,6 +659,7 @@ class Diagnosis(ToXarray):
             va[f"{n}_flag"] = {"long_name": f"{what} outside its band or not finite", "units": "1",
                                **flags(("not_flagged", "flagged"))}
         params = {**{k: v for k, v in self.params.items() if v is not None}, "z": self.z, "note": self.note}
+        va["eps"] = {"long_name": "machine epsilon of the recorded layer's float type", "units": "1"}
         return dict(data=data, coords={"layer": np.asarray(self.layers)}, params=params, var_attrs=va)
 
 
@@ -612,8 +701,40 @@ def _bands(A, sw, sb, depth, q0, qab0, P, n, residual, bands):
     return (q_mean, q_sd, c_mean, c_sd, gamma_mean, gamma_sd), ""
 
 
+def _recorded(activations, precision):
+    """(layers as float64 (P, n) arrays, machine epsilon per layer, P) of diagnose's ``activations``."""
+    F = "init.diagnose"
+    if isinstance(activations, np.ndarray) and activations.ndim == 2:
+        activations = [activations]
+    eps = np.array([_layer_eps(h, precision) for h in activations])
+    Hs = [np.asarray(h, dtype=float) for h in activations]
+    if not Hs:
+        raise InvalidValue(f"The 'activations' parameter of {F} must hold at least one layer. Got [] instead.")
+    P = Hs[0].shape[0] if Hs[0].ndim else 0
+    if any(h.ndim < 2 or h.shape[0] != P for h in Hs) or P < 1:
+        raise InvalidValue(f"The 'activations' parameter of {F} must be arrays of shape (n_inputs, width) with the "
+                           f"same n_inputs. Got shapes {[h.shape for h in Hs]} instead.")
+    return [h.reshape(P, -1) for h in Hs], eps, P
+
+
+def _inputs(meas, q0, qab0, sw, sb, P):
+    """(q0, qab0) of diagnose: given, or from layer 1's measured q and mean overlap, (m - sigma_b2)/sigma_w2."""
+    F = "init.diagnose"
+    if (q0 is None or (qab0 is None and P > 1)) and not np.all(np.isfinite(meas[0, [0, 3] if P > 1 else [0]])):
+        raise InvalidValue(f"The 'activations' parameter of {F} must be finite in layer 1 when q0 and qab0 come from "
+                           f"it. Got q = {meas[0, 0]:g}, mean overlap = {meas[0, 3]:g} there instead; pass q0 and qab0.")
+    q0 = (meas[0, 0] - sb) / sw if q0 is None else float(check.real(F, "q0", q0, lo=0, lo_open=True))
+    if qab0 is None:
+        qab0 = (meas[0, 3] - sb) / sw if P > 1 else 0.0
+    qab0 = float(check.real(F, "qab0", qab0))
+    if not q0 > 0 or abs(qab0) > q0:
+        raise InvalidValue(f"{F}: layer 1 implies q0 = {q0:.6g}, qab0 = {qab0:.6g} (not a covariance); "
+                           "pass q0 and qab0, or check sigma_w2 and sigma_b2.")
+    return q0, qab0
+
+
 def diagnose(activations, act, sigma_w2, sigma_b2, width=None, q0=None, qab0=None, residual=None,
-             z=2.0, bands=True) -> Diagnosis:
+             z=None, bands=True, precision=None) -> Diagnosis:
     """Compare pre-activations recorded from any framework with the mean-field theory, layer by layer.
 
     Parameters
@@ -631,10 +752,16 @@ def diagnose(activations, act, sigma_w2, sigma_b2, width=None, q0=None, qab0=Non
         q0 = (q^(1) - sigma_b2)/sigma_w2 (so layer 1 agrees by construction).
     residual : float, optional
         alpha of residual blocks, passed to the theory.
-    z : float
-        Band half-width in standard deviations (default 2).
+    z : float, optional
+        Band half-width in standard deviations. Default: the family-wise z of :func:`family_z` over the m
+        compared bands (a correct theory flags a network with probability <= 5 %; z = 2.865 for m = 12;
+        measured coverage in :func:`family_z`).
     bands : bool
         False skips the finite-width theory (``sf.gram_fluctuations`` takes ~20 s for tanh).
+    precision : dtype, optional
+        Float type the network ran in; default each recorded array's dtype (numpy or torch). Sets the
+        rounding floor of 1 - c (:func:`precision_floor`) below which c and gamma are reported as saturated
+        (status 4) instead of compared.
 
     Returns
     -------
@@ -655,40 +782,26 @@ def diagnose(activations, act, sigma_w2, sigma_b2, width=None, q0=None, qab0=Non
     F = "init.diagnose"
     sw = float(check.real(F, "sigma_w2", sigma_w2, lo=0, lo_open=True))
     sb = float(check.real(F, "sigma_b2", sigma_b2, lo=0))
-    z = float(check.real(F, "z", z, lo=0, lo_open=True))
+    if z is not None:
+        z = float(check.real(F, "z", z, lo=0, lo_open=True))
     A = _act(act)
-    if isinstance(activations, np.ndarray) and activations.ndim == 2:
-        activations = [activations]
-    Hs = [np.asarray(h, dtype=float) for h in activations]
-    if not Hs:
-        raise InvalidValue(f"The 'activations' parameter of {F} must hold at least one layer. Got [] instead.")
-    P = Hs[0].shape[0] if Hs[0].ndim else 0
-    if any(h.ndim < 2 or h.shape[0] != P for h in Hs) or P < 1:
-        raise InvalidValue(f"The 'activations' parameter of {F} must be arrays of shape (n_inputs, width) with the "
-                         f"same n_inputs. Got shapes {[h.shape for h in Hs]} instead.")
-    Hs = [h.reshape(P, -1) for h in Hs]
+    Hs, eps, P = _recorded(activations, precision)
     n = Counter(h.shape[1] for h in Hs).most_common(1)[0][0] if width is None else width
     n = check.integer(F, "width", n, lo=1)
     meas = np.array([_measure(h) for h in Hs])
     depth = len(Hs)
-    if (q0 is None or (qab0 is None and P > 1)) and not np.all(np.isfinite(meas[0, [0, 3] if P > 1 else [0]])):
-        raise InvalidValue(f"The 'activations' parameter of {F} must be finite in layer 1 when q0 and qab0 come from "
-                         f"it. Got q = {meas[0, 0]:g}, mean overlap = {meas[0, 3]:g} there instead; pass q0 and qab0.")
-    q0 = (meas[0, 0] - sb) / sw if q0 is None else float(check.real(F, "q0", q0, lo=0, lo_open=True))
-    if qab0 is None:
-        qab0 = (meas[0, 3] - sb) / sw if P > 1 else 0.0
-    qab0 = float(check.real(F, "qab0", qab0))
-    if not q0 > 0 or abs(qab0) > q0:
-        raise InvalidValue(f"{F}: layer 1 implies q0 = {q0:.6g}, qab0 = {qab0:.6g} (not a covariance); "
-                         "pass q0 and qab0, or check sigma_w2 and sigma_b2.")
+    q0, qab0 = _inputs(meas, q0, qab0, sw, sb, P)
     p = propagate(A, sw, sb, depth, q0=q0, qab0=qab0, residual=residual)
     qt, qabt = np.asarray(p.q, float).reshape(depth), np.asarray(p.qab, float).reshape(depth)
     with np.errstate(invalid="ignore", divide="ignore"):
         ct = qabt / qt if P > 1 else np.full(depth, np.nan)
         gt = finite_data_gamma(qt, qabt, P)[2] if P > 1 else np.full(depth, np.nan)
         (qm, qsd, cm, csd, gm, gsd), note = _bands(A, sw, sb, depth, q0, qab0, P, n, residual, bands)
-    return Diagnosis(layers=np.arange(1, depth + 1), q=meas[:, 0], c=meas[:, 1], gamma=meas[:, 2],
-                     q_theory=qt, c_theory=ct, gamma_theory=gt, q_mean=qm, q_sd=qsd, c_mean=cm, c_sd=csd,
-                     gamma_mean=gm, gamma_sd=gsd, z=z, note=note,
-                     params=dict(act=A.name, sigma_w2=sw, sigma_b2=sb, width=n, n_inputs=P, q0=q0, qab0=qab0,
-                                 residual=residual))
+    d = Diagnosis(layers=np.arange(1, depth + 1), q=meas[:, 0], c=meas[:, 1], gamma=meas[:, 2],
+                  q_theory=qt, c_theory=ct, gamma_theory=gt, q_mean=qm, q_sd=qsd, c_mean=cm, c_sd=csd,
+                  gamma_mean=gm, gamma_sd=gsd, z=2.0 if z is None else z, note=note, eps=eps,
+                  params=dict(act=A.name, sigma_w2=sw, sigma_b2=sb, width=n, n_inputs=P, q0=q0, qab0=qab0,
+                              residual=residual, z_rule="given" if z is not None else "family-wise 5 %"))
+    if z is None:
+        d = replace(d, z=family_z(sum(int(d.compared(s).sum()) for s in STATS)))
+    return d

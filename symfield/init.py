@@ -34,6 +34,7 @@ from symfield.theory.propagate import propagate
 from symfield.theory.width_gain import width_gain
 
 DISTRIBUTIONS = ("normal", "uniform", "truncated_normal")
+MODES = ("fan_in", "fan_out", "fan_avg")   # torch's mode= and JAX's variance_scaling mode= names
 TRUNCATION = 2.0   # truncated normals are cut at +-2 standard deviations of the untruncated normal
 MAX_STD = math.sqrt(np.finfo(float).max)   # 1.3407807929942596e154: the largest std whose square is finite
 
@@ -136,8 +137,34 @@ def gain(act, sigma_b2=0.0, width=None, depth=None, residual=None, q0=1.0) -> fl
     return math.sqrt(sw)
 
 
-def std(act, fan_in, distribution="normal", sigma_b2=0.0, width=None, depth=None, **kw) -> float:
-    """The parameter of the weight distribution that gives Var W = gain^2/fan_in.
+def fan(fan_in, fan_out=None, mode="fan_in") -> float:
+    """The count n of Var W = gain^2/n for ``mode`` (torch's and JAX's names):
+
+    - "fan_in": n = fan_in, the number of terms each pre-activation sums; keeps the forward variance
+      q' = sigma_w2 E[phi^2] + sigma_b2 of the mean-field recursion (the edge of chaos is defined here);
+    - "fan_out": n = fan_out, the number of terms each input's gradient sums; keeps the backward variance
+      (He et al.'s 2/n_out variant); the forward q then scales by fan_in/fan_out per layer;
+    - "fan_avg": n = (fan_in + fan_out)/2 (Glorot/Xavier's 2/(n_in + n_out) for gain 1; JAX's "fan_avg").
+
+    Examples
+    --------
+    >>> fan(256, 512, "fan_avg")
+    384.0
+    """
+    if mode not in MODES:
+        raise InvalidValue(f"The 'mode' parameter of init.fan must be one of {MODES}. Got {mode!r} instead.")
+    fan_in = float(check.real("init.fan", "fan_in", fan_in, lo=0, lo_open=True))
+    if mode == "fan_in":
+        return fan_in
+    if fan_out is None:
+        raise InvalidValue(f"The 'fan_out' parameter of init.fan is needed for mode={mode!r}. Got None instead.")
+    fan_out = float(check.real("init.fan", "fan_out", fan_out, lo=0, lo_open=True))
+    return float(fan_out) if mode == "fan_out" else (fan_in + fan_out) / 2
+
+
+def std(act, fan_in, distribution="normal", sigma_b2=0.0, width=None, depth=None, mode="fan_in", fan_out=None,
+        **kw) -> float:
+    """The parameter of the weight distribution that gives Var W = gain^2/n, n = :func:`fan` (fan_in by default).
 
     Parameters
     ----------
@@ -157,6 +184,10 @@ def std(act, fan_in, distribution="normal", sigma_b2=0.0, width=None, depth=None
           a=-2*s, b=2*s)`` (torch's a, b are absolute bounds, not multiples of std).
     sigma_b2, width, depth, **kw
         As in :func:`gain`.
+    mode : {"fan_in", "fan_out", "fan_avg"}
+        Which count divides gain^2 (:func:`fan`); "fan_out" and "fan_avg" need ``fan_out``.
+    fan_out : int, optional
+        Outputs each input feeds (Dense: out_features; conv: out_channels/groups * prod(kernel_size)).
 
     Returns
     -------
@@ -173,7 +204,8 @@ def std(act, fan_in, distribution="normal", sigma_b2=0.0, width=None, depth=None
     if distribution not in DISTRIBUTIONS:
         raise InvalidValue(f"The 'distribution' parameter of init.std must be one of {DISTRIBUTIONS}. "
                          f"Got {distribution!r} instead.")
-    s = gain(act, sigma_b2, width, depth, **kw) / math.sqrt(fan_in)
+    n = fan(fan_in, fan_out, mode)
+    s = gain(act, sigma_b2, width, depth, **kw) / math.sqrt(n)
     return _scale(s, distribution)
 
 
@@ -194,6 +226,49 @@ def bias_std(sigma_b2) -> float:
     0.2
     """
     return math.sqrt(float(check.real("init.bias_std", "sigma_b2", sigma_b2, lo=0)))
+
+
+def output_bias(p, logit_var=0.0):
+    """Bias of a sigmoid (binary) output unit whose mean prediction at initialisation is the class prior
+    ``p``: b = log(p/(1 - p)), the prior log-odds; for a softmax head and class priors p_k (a sequence
+    summing to 1), b_k = log p_k.
+
+    Why: a cross-entropy head started at b = 0 predicts 1/2 (1/K) for every input, so on a 1 %-positive
+    data set the initial loss is log 2 = 0.693 where the constant best guess costs the prior's entropy
+    H(p) = -p log p - (1 - p) log(1 - p) = 0.056; the first updates then only learn the bias, and a
+    large negative-class gradient swamps the rest. With sigma(b) = p the loss starts at H(p).
+    The logit at initialisation is z = b + u, u ~ N(0, v) with v = sigma_w2 q of the last layer
+    (``logit_var``); v > 0 pulls E[sigma(b + u)] towards 1/2, so b solves E[sigma(b + sqrt(v) Z)] = p
+    (Gauss-Hermite quadrature, 80 nodes, and a bracketing root); v = 0 gives the closed form.
+
+    Examples
+    --------
+    >>> round(output_bias(0.01), 6)
+    -4.59512
+    >>> [round(b, 6) for b in output_bias([0.5, 0.25, 0.25])]
+    [-0.693147, -1.386294, -1.386294]
+    """
+    F = "init.output_bias"
+    v = float(check.real(F, "logit_var", logit_var, lo=0))
+    if not isinstance(p, (numbers.Real, np.floating)) or isinstance(p, bool):
+        pk = np.asarray(check.real(F, "p", p, lo=0, lo_open=True, hi=1), float)
+        if pk.ndim != 1 or pk.size < 2 or abs(pk.sum() - 1) > 1e-9:
+            raise InvalidValue(f"The 'p' parameter of {F} must be a probability in (0, 1) or class priors summing "
+                               f"to 1. Got {p!r} instead.")
+        return [float(x) for x in np.log(pk)]
+    p = float(check.real(F, "p", p, lo=0, lo_open=True, hi=1))
+    if p >= 1:
+        raise InvalidValue(f"The 'p' parameter of {F} must be a probability in (0, 1). Got {p!r} instead.")
+    b0 = math.log(p / (1 - p))
+    if v == 0:
+        return b0
+    from scipy.optimize import brentq
+    from scipy.special import expit
+    z, w = np.polynomial.hermite_e.hermegauss(80)
+    w = w / w.sum()
+    mean = lambda b: float(w @ expit(b + math.sqrt(v) * z)) - p          # noqa: E731
+    span = abs(b0) + 10 * math.sqrt(v) + 10
+    return float(brentq(mean, -span, span, xtol=1e-14))
 
 
 class NTStd(NamedTuple):
@@ -241,8 +316,29 @@ def from_nt(W_std, b_std=0.0) -> Variances:
 
 
 # ---------------------------------------------------------------- JAX / Flax
-def kernel_fan_in(shape) -> int:
-    """fan_in of a Flax/JAX kernel: prod(shape[:-1]) (Dense (in, out): in; conv HWIO: H*W*I), >= 1."""
+def _axes(spec, ndim, what):
+    """Normalised axis indices of an int or a tuple of ints (JAX's in_axis/out_axis/batch_axis)."""
+    spec = (spec,) if isinstance(spec, (numbers.Integral, np.integer)) else tuple(spec)
+    if not all(isinstance(a, (numbers.Integral, np.integer)) and -ndim <= a < ndim for a in spec):
+        raise InvalidValue(f"The '{what}' parameter of init.jax must be axes of a {ndim}-axis kernel. Got {spec!r} "
+                           "instead.")
+    return {int(a) % ndim for a in spec}
+
+
+def kernel_fans(shape, in_axis=-2, out_axis=-1, batch_axis=()) -> tuple:
+    """(fan_in, fan_out) of a Flax/JAX kernel, as ``jax.nn.initializers.variance_scaling`` counts them:
+    receptive field r = prod(shape)/(in size * out size * batch size), fan_in = in size * r,
+    fan_out = out size * r. The defaults give fan_in = prod(shape[:-1]) (Dense (in, out): in; conv HWIO:
+    H*W*I); a DenseGeneral or attention kernel (in, heads, head_dim) needs in_axis=0, out_axis=(1, 2),
+    where prod(shape[:-1]) = in*heads would be wrong.
+
+    Examples
+    --------
+    >>> kernel_fans((512, 8, 64), in_axis=0, out_axis=(1, 2))
+    (512, 512)
+    >>> kernel_fans((3, 3, 64, 128))
+    (576, 1152)
+    """
     try:
         axes = tuple(shape)
     except TypeError:
@@ -253,25 +349,42 @@ def kernel_fan_in(shape) -> int:
     if len(axes) < 2 or min(axes) < 0:
         raise InvalidValue(f"The 'shape' parameter of init.jax must have at least 2 axes of size >= 0 (kernel, out "
                          f"last). Got {axes!r} instead; use init.jax_bias for biases.")
-    fan_in = math.prod(int(s) for s in axes[:-1])
-    if fan_in < 1:
+    ins, outs = _axes(in_axis, len(axes), "in_axis"), _axes(out_axis, len(axes), "out_axis")
+    batch = _axes(batch_axis, len(axes), "batch_axis")
+    if ins & outs or (ins | outs) & batch:
+        raise InvalidValue(f"The 'in_axis' parameter of init.jax must not share axes with out_axis or batch_axis. Got "
+                           f"in_axis={in_axis!r}, out_axis={out_axis!r}, batch_axis={batch_axis!r} instead.")
+    r = math.prod(int(s) for i, s in enumerate(axes) if i not in ins | outs | batch)
+    fan_in = math.prod(int(axes[i]) for i in ins) * r
+    fan_out = math.prod(int(axes[i]) for i in outs) * r
+    if fan_in < 1 or fan_out < 1:
         raise InvalidValue(f"The 'shape' parameter of init.jax must have fan_in = prod(shape[:-1]) >= 1 (Var W = "
-                         f"gain^2/fan_in). Got {axes!r} (fan_in 0) instead.")
-    return fan_in
+                         f"gain^2/fan_in). Got {axes!r} (fan_in {fan_in}, fan_out {fan_out}) instead.")
+    return fan_in, fan_out
 
 
-def jax(act, sigma_b2=0.0, distribution="normal", width=None, depth=None, **kw):
+def kernel_fan_in(shape, in_axis=-2, out_axis=-1, batch_axis=()) -> int:
+    """fan_in of a Flax/JAX kernel (:func:`kernel_fans`): prod(shape[:-1]) by default, >= 1."""
+    return kernel_fans(shape, in_axis, out_axis, batch_axis)[0]
+
+
+def jax(act, sigma_b2=0.0, distribution="normal", width=None, depth=None, mode="fan_in", in_axis=-2, out_axis=-1,
+        batch_axis=(), **kw):
     """A ``jax.nn.initializers``-style initializer ``init(key, shape, dtype=jnp.float32)`` on the EOC.
 
-    fan_in = prod(shape[:-1]) (Flax conventions: Dense kernel (in, out), Conv kernel HWIO), and
-    Var W = gain(act, sigma_b2, ...)^2/fan_in for every distribution ("uniform": U(-a, a) with
-    a = sqrt(3) std; "truncated_normal": cut at +-2 sd of the untruncated normal, see :func:`std`).
+    Fans as ``jax.nn.initializers.variance_scaling`` counts them (:func:`kernel_fans`; by default
+    fan_in = prod(shape[:-1]): Dense kernel (in, out), Conv kernel HWIO), and Var W = gain(act,
+    sigma_b2, ...)^2/n with n = :func:`fan` of ``mode`` for every distribution ("uniform": U(-a, a)
+    with a = sqrt(3) std; "truncated_normal": cut at +-2 sd of the untruncated normal, see :func:`std`).
 
     Parameters
     ----------
     act, sigma_b2, width, depth, **kw
         As in :func:`gain`.
     distribution : {"normal", "uniform", "truncated_normal"}
+    mode : {"fan_in", "fan_out", "fan_avg"}
+    in_axis, out_axis, batch_axis : int or tuple of int
+        JAX's names: e.g. in_axis=0, out_axis=(1, 2) for a DenseGeneral/attention kernel (in, heads, dim).
 
     Returns
     -------
@@ -289,10 +402,11 @@ def jax(act, sigma_b2=0.0, distribution="normal", width=None, depth=None, **kw):
     if distribution not in DISTRIBUTIONS:
         raise InvalidValue(f"The 'distribution' parameter of init.jax must be one of {DISTRIBUTIONS}. "
                          f"Got {distribution!r} instead.")
+    fan(1, 1, mode)                                   # a bad mode fails here, not at the first call
     g = gain(act, sigma_b2, width, depth, **kw)
 
     def init(key, shape, dtype=jnp.float32):
-        s = _scale(g / math.sqrt(kernel_fan_in(shape)), distribution)
+        s = _scale(g / math.sqrt(fan(*kernel_fans(shape, in_axis, out_axis, batch_axis), mode)), distribution)
         if distribution == "uniform":
             return jx.random.uniform(key, shape, dtype, -1.0, 1.0) * jnp.asarray(s, dtype)
         if distribution == "truncated_normal":
@@ -327,37 +441,56 @@ def _torch_what(m):
     return f"{'a module' if hasattr(m, 'parameters') else 'an object'} of type {type(m).__name__}"
 
 
-def torch_fan_in(module_or_tensor) -> int:
-    """fan_in of a torch Linear/Conv module (in_channels/groups * prod(kernel_size)) or of a bare
-    weight tensor (out, in, *kernel): shape[1] * prod(shape[2:]); anything else (LayerNorm, Embedding,
-    Sequential, ...) is refused with a TypeError, a zero fan-in with a ValueError."""
+def torch_fans(module_or_tensor) -> tuple:
+    """(fan_in, fan_out) of a torch Linear/Conv/ConvTranspose module or a bare weight tensor: the number of
+    terms each output sums, and each input's gradient sums (interior positions; k kernel size, s stride,
+    per spatial axis, g groups):
+
+    - Linear: (in_features, out_features); a tensor (out, in, *k): (in prod k, out prod k) (torch's count);
+    - Conv: (in/g prod k, out/g prod(k/s)): a strided conv visits each input prod(k/s) times on average
+      (torch's ``_calculate_fan_in_and_fan_out`` ignores the stride in fan_out);
+    - ConvTranspose: (in/g prod(k/s), out/g prod k): each output gathers prod(k/s) input positions per
+      input channel on average (exactly when s divides k, e.g. k = 4, s = 2: 2 per axis; for k = 3, s = 2
+      the positions alternate 1 and 2 taps and the mean over positions is what Var W = gain^2/fan_in fixes).
+      torch's count for the weight (in, out/g, *k) would give out/g prod k, wrong by a factor (in/out) prod s.
+
+    Anything else (LayerNorm, Embedding, Sequential, ...) is refused with a TypeError, a zero fan with a
+    ValueError."""
     m, name = module_or_tensor, "The 'module_or_tensor' parameter of init.torch_"
     if hasattr(m, "in_features") and getattr(m, "weight", None) is not None:
-        fan_in = int(m.in_features)
+        fans = (int(m.in_features), int(m.out_features))
     elif hasattr(m, "in_channels") and hasattr(m, "kernel_size") and getattr(m, "weight", None) is not None:
-        if getattr(m, "transposed", False):
-            raise Unsupported("init.torch_: ConvTranspose layers have a stride-dependent fan-in; "
-                                      "initialise their weight tensor with an explicit init.std(act, fan_in).")
-        fan_in = int(m.in_channels // m.groups * math.prod(m.kernel_size))
+        k, g = math.prod(m.kernel_size), m.groups
+        per = k / math.prod(getattr(m, "stride", (1,)))
+        fans = ((m.in_channels // g * per, m.out_channels // g * k) if getattr(m, "transposed", False)
+                else (m.in_channels // g * k, m.out_channels // g * per))
     elif hasattr(m, "shape") and not hasattr(m, "parameters"):
         shape = tuple(m.shape)
         if len(shape) < 2:
             raise InvalidValue(f"{name} must be {_TORCH_RULE}. Got {_torch_what(m)} instead.")
-        fan_in = int(shape[1] * math.prod(shape[2:]))
+        fans = (int(shape[1] * math.prod(shape[2:])), int(shape[0] * math.prod(shape[2:])))
     else:
         raise InvalidType(f"{name} must be {_TORCH_RULE}. Got {_torch_what(m)} instead.")
-    if fan_in < 1:
+    if min(fans) <= 0:
         raise InvalidValue(f"{name} must have fan_in >= 1 (Var W = gain^2/fan_in; a lazy module needs a forward pass "
-                         f"first). Got {_torch_what(m)} with fan_in 0 instead.")
-    return fan_in
+                         f"first). Got {_torch_what(m)} with fan_in {fans[0]:g}, fan_out {fans[1]:g} instead.")
+    return tuple(int(f) if float(f).is_integer() else float(f) for f in fans)
 
 
-def torch_(module_or_tensor, act, sigma_b2=0.0, distribution="normal", width=None, depth=None, **kw):
-    """Initialise in place a torch Linear/Conv module (weight and bias) or a bare weight tensor.
+def torch_fan_in(module_or_tensor) -> float:
+    """fan_in of :func:`torch_fans`: the number of terms each output of the layer sums (an int unless a
+    ConvTranspose stride does not divide its kernel)."""
+    return torch_fans(module_or_tensor)[0]
 
-    Var W = gain^2/fan_in (:func:`torch_fan_in`); the bias, if any, ~ N(0, sigma_b2). "uniform":
-    U(-a, a), a = sqrt(3) std; "truncated_normal": ``trunc_normal_(std=s, a=-2 s, b=2 s)`` with s
-    from :func:`std`. Returns the module or tensor.
+
+def torch_(module_or_tensor, act, sigma_b2=0.0, distribution="normal", width=None, depth=None, mode="fan_in",
+           **kw):
+    """Initialise in place a torch Linear/Conv/ConvTranspose module (weight and bias) or a bare weight tensor.
+
+    Var W = gain^2/n, n = :func:`fan` of :func:`torch_fans` and ``mode`` ("fan_in" default, "fan_out",
+    "fan_avg"; ConvTranspose fan-in counts the inputs each output really sums, in/groups prod(k/s));
+    the bias, if any, ~ N(0, sigma_b2). "uniform": U(-a, a), a = sqrt(3) std; "truncated_normal":
+    ``trunc_normal_(std=s, a=-2 s, b=2 s)`` with s from :func:`std`. Returns the module or tensor.
 
     Examples
     --------
@@ -372,9 +505,9 @@ def torch_(module_or_tensor, act, sigma_b2=0.0, distribution="normal", width=Non
     if not (is_module or isinstance(module_or_tensor, torch.Tensor)):
         raise InvalidType(f"The 'module_or_tensor' parameter of init.torch_ must be {_TORCH_RULE}. "
                         f"Got {_torch_what(module_or_tensor)} instead.")
-    fan_in = torch_fan_in(module_or_tensor)
+    n = fan(*torch_fans(module_or_tensor), mode)
     weight = module_or_tensor.weight if is_module else module_or_tensor
-    s = _scale(gain(act, sigma_b2, width, depth, **kw) / math.sqrt(fan_in), distribution)
+    s = _scale(gain(act, sigma_b2, width, depth, **kw) / math.sqrt(n), distribution)
     with torch.no_grad():
         if distribution == "uniform":
             torch.nn.init.uniform_(weight, -s, s)

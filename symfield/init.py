@@ -78,7 +78,7 @@ def gain(act, sigma_b2=0.0, width=None, depth=None, residual=None, q0=1.0) -> fl
 
     - Positively homogeneous phi (relu family): E[phi'^2] does not depend on q, so
       gain = 1/sqrt(E[phi'^2]) at every sigma_b2: relu sqrt(2); leaky_relu(a) sqrt(2/(1 + a^2)).
-    - phi(0) = 0 and sigma_b2 = 0: q* = 0 and gain = 1/|phi'(0)|: tanh 1 (not torch's 5/3),
+    - phi(0) = 0 and sigma_b2 = 0: q* = 0 and gain = 1/abs(phi'(0)): tanh 1 (not torch's 5/3),
       gelu 2 (phi'(0) = 1/2). x*erf(x) has phi'(0) = 0 and so no EOC at sigma_b2 = 0 (ValueError).
     - otherwise numeric: tanh at sigma_b2 = 0.05 gives sigma_w2 = 1.76095..., gain 1.32701...
 
@@ -100,7 +100,7 @@ def gain(act, sigma_b2=0.0, width=None, depth=None, residual=None, q0=1.0) -> fl
     residual : float, optional
         alpha of residual blocks z + alpha (W phi(z) + b), for the width correction only.
     q0 : float
-        Input norm |x|^2/n0 (used by the width correction and the reachability warning).
+        Input norm ``|x|^2/n0`` (used by the width correction and the reachability warning).
 
     Returns
     -------
@@ -446,13 +446,13 @@ def torch_fans(module_or_tensor) -> tuple:
     terms each output sums, and each input's gradient sums (interior positions; k kernel size, s stride,
     per spatial axis, g groups):
 
-    - Linear: (in_features, out_features); a tensor (out, in, *k): (in prod k, out prod k) (torch's count);
+    - Linear: (in_features, out_features); a tensor (out, in, k...): (in prod k, out prod k) (torch's count);
     - Conv: (in/g prod k, out/g prod(k/s)): a strided conv visits each input prod(k/s) times on average
       (torch's ``_calculate_fan_in_and_fan_out`` ignores the stride in fan_out);
     - ConvTranspose: (in/g prod(k/s), out/g prod k): each output gathers prod(k/s) input positions per
       input channel on average (exactly when s divides k, e.g. k = 4, s = 2: 2 per axis; for k = 3, s = 2
       the positions alternate 1 and 2 taps and the mean over positions is what Var W = gain^2/fan_in fixes).
-      torch's count for the weight (in, out/g, *k) would give out/g prod k, wrong by a factor (in/out) prod s.
+      torch's count for the weight (in, out/g, k...) would give out/g prod k, wrong by a factor (in/out) prod s.
 
     Anything else (LayerNorm, Embedding, Sequential, ...) is refused with a TypeError, a zero fan with a
     ValueError."""
@@ -616,7 +616,7 @@ def _layer_eps(h, precision):
 class Diagnosis(ToXarray):
     """Measured per-layer statistics against the mean-field theory; arrays of shape (depth,).
 
-    ``q``, ``c``, ``gamma``: measured (q = mean_a |h_a|^2/n; c = mean over pairs a < b of
+    ``q``, ``c``, ``gamma``: measured (q = mean_a ``|h_a|^2/n``; c = mean over pairs a < b of
     Q_ab/sqrt(Q_aa Q_bb), Q = H H^T/n; gamma = Vtilde/V, the estimator of ``sf.simulate``).
     ``*_theory``: infinite width (``sf.propagate``; gamma by ``sf.finite_data_gamma`` at P inputs).
     ``*_mean``, ``*_sd``: the width-n mean and standard deviation (``sf.finite_width`` for one input,
@@ -881,7 +881,7 @@ def diagnose(activations, act, sigma_w2, sigma_b2, width=None, q0=None, qab0=Non
     width : int, optional
         n of the bands; default the most common width of the recorded layers.
     q0, qab0 : float, optional
-        Input norm |x|^2/n0 and mean input overlap x_a.x_b/n0; by default from layer 1's measurement,
+        Input norm ``|x|^2/n0`` and mean input overlap x_a.x_b/n0; by default from layer 1's measurement,
         q0 = (q^(1) - sigma_b2)/sigma_w2 (so layer 1 agrees by construction).
     residual : float, optional
         alpha of residual blocks, passed to the theory.

@@ -263,7 +263,7 @@ def divergence(d, path=None, title=None, axes=None, dpi=None, act=None, sigma_w2
 
 
 def class_gradients(g, path=None, title=None, ax=None, dpi=None):
-    """Per-class mean squared gradients (1/N) |dl/dh^(l)|^2 against layer l from a
+    """Per-class mean squared gradients (1/N) ``|dl/dh^(l)|^2`` against layer l from a
     :func:`symfield.class_gradients` result: favoured class (the one the network assigns most
     inputs to at initialisation), unfavoured class and all samples; median over networks with
     a band across networks when there are several (5-95 % from 20 networks on, min-max below: the

@@ -238,6 +238,26 @@ def npz_bytes(arrays: dict, compress: bool = True) -> bytes:
 
 
 @contextmanager
+def locked(path):
+    """Hold an exclusive advisory lock on ``path``.lock for a read-modify-write of ``path`` (fcntl.flock,
+    blocking; released on exit or when the process dies). Parallel workers that merge their panels
+    into one table file take turns instead of overwriting each other's. Where the lock cannot be
+    taken (no fcntl, e.g. Windows; an unwritable folder) the block runs unlocked: the write is still
+    atomic, a concurrent merge can only lose panels, which are rebuilt on demand."""
+    try:
+        import fcntl
+        fh = open(f"{os.fspath(path)}.lock", "a")
+    except (ImportError, OSError):
+        yield False
+        return
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield True
+    finally:
+        fh.close()                     # closing releases the lock
+
+
+@contextmanager
 def replacing(path):
     """Yield a temporary path next to ``path`` (same suffix) for any writer that takes a file name
     (our own bytes, xarray's to_netcdf, matplotlib's savefig). On success it gets the mode a plain

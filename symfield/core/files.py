@@ -84,15 +84,26 @@ def _configured() -> Path:
     root = os.environ.get("SYMFIELD_CACHE")
     if root:
         return Path(root).expanduser() / "codegen"
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(xdg) / "symfield" / "codegen"
+    return platform_cache() / "codegen"
+
+
+def platform_cache() -> Path:
+    """The platform's user cache folder for symfield (platformdirs): Linux ``$XDG_CACHE_HOME/symfield``
+    (``~/.cache/symfield``), macOS ``~/Library/Caches/symfield``, Windows ``%LOCALAPPDATA%\\symfield\\Cache``;
+    the XDG rule when platformdirs is missing. SYMFIELD_CACHE overrides it (:func:`cache_dir`)."""
+    try:
+        import platformdirs
+    except ImportError:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return Path(xdg) / "symfield"
+    return Path(platformdirs.user_cache_dir("symfield", appauthor=False))
 
 
 _USABLE: dict = caches.memo()   # (configured location, key directory) -> the directory used by this process
 
 
 def cache_dir() -> Path:
-    """``$SYMFIELD_CACHE/codegen`` (default ``$XDG_CACHE_HOME/symfield/codegen``, ``~/.cache/...``): generated
+    """``$SYMFIELD_CACHE/codegen`` (default :func:`platform_cache`/codegen, e.g. ``~/.cache/symfield/codegen``): generated
     modules; the tables live in its ``tables/`` and ``tables1d/`` subfolders.
 
     Probed once per process (create it, write and remove a file): a location that cannot be written

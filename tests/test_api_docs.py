@@ -90,3 +90,11 @@ def test_api_reference_builds_without_warnings(tmp_path):
     assert not absent, f"not in the API reference: {absent}"
     for name in list(FUNCTIONS) + list(CLASSES):
         assert f'id="symfield.{name}"' in html, name
+    # the modules exported as modules: every public function of sf.init, sf.plots and sf.igb has an entry
+    for mod, path in ((sf.init, "symfield.init"), (sf.plots, "symfield.io.plots"), (sf.igb, "symfield.theory.igb")):
+        public = [n for n, f in vars(mod).items() if inspect.isfunction(f) and not n.startswith("_")
+                  and f.__module__ == mod.__name__]
+        missing = [n for n in public if f'id="{path}.{n}"' not in html]
+        assert len(public) >= 9 and not missing, (path, missing)
+    assert "eoc_homogeneous" not in html                 # an internal helper, not part of the API
+    assert "&#169;." not in html and "symfield authors" in html.split("footer")[-1]   # once a bare "©."

@@ -172,3 +172,23 @@ def test_signed_tables_swapped_under_each_others_names_are_refused(tmp_path, mon
     for f in (a, b):
         assert sum(str(f) in line and "not authenticated by this user's key" in line for line in got) == 1, r.stderr
         files.load_checked_npz(f)                     # rebuilt and sealed for its own name
+
+
+def test_cache_location_follows_the_platform(monkeypatch, tmp_path):
+    """platformdirs' user cache folder by default (XDG on Linux, ~/Library/Caches on macOS, LOCALAPPDATA on
+    Windows), SYMFIELD_CACHE still overriding it."""
+    import sys
+    from pathlib import Path
+
+    import platformdirs
+
+    from symfield.core import files as fl
+    monkeypatch.delenv("SYMFIELD_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert fl._configured() == Path(platformdirs.user_cache_dir("symfield", appauthor=False)) / "codegen"
+    if sys.platform.startswith("linux"):
+        assert fl._configured() == tmp_path / "xdg" / "symfield" / "codegen"
+    monkeypatch.setattr(platformdirs, "user_cache_dir", lambda app, appauthor=None: f"/Library/Caches/{app}")
+    assert fl.platform_cache() == Path("/Library/Caches/symfield")          # what macOS returns is used as is
+    monkeypatch.setenv("SYMFIELD_CACHE", str(tmp_path / "mine"))
+    assert fl._configured() == tmp_path / "mine" / "codegen"

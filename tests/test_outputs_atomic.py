@@ -246,3 +246,28 @@ def test_sigint_during_a_long_propagate_output(tmp_path, delay):
         assert p.returncode == 0, err
         with np.load(path) as z:
             assert z["q"].size == 3000000 and set(z.files) >= {"c", "gamma", "layer", "q"}   # a superset
+
+
+def test_table_merges_take_turns_under_a_file_lock(tmp_path):
+    """symfield.core.files.locked: a second process's read-modify-write of a table file waits until the first
+    has written (parallel workers once merged panels with no lock, so one could overwrite the other's)."""
+    import subprocess
+    import sys
+    import time
+
+    from symfield.core.files import locked
+    target = tmp_path / "sf_table_demo_c.npz"
+    code = ("import sys, time; from symfield.core.files import locked\n"
+            f"with locked({str(target)!r}):\n    print('held', flush=True); time.sleep(1.5)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "held"
+        start = time.monotonic()
+        with locked(target) as got:
+            waited = time.monotonic() - start
+        assert got is True and waited > 0.8, waited
+    finally:
+        child.wait(timeout=60)
+    start = time.monotonic()
+    with locked(target):                      # free again: no wait
+        assert time.monotonic() - start < 0.5

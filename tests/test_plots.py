@@ -163,3 +163,92 @@ def test_phase_legend_covers_neither_lines_nor_repeats_region_labels():
         xy = xy[np.isfinite(xy).all(axis=1)]
         inside = (xy[:, 0] >= box.x0) & (xy[:, 0] <= box.x1) & (xy[:, 1] >= box.y0) & (xy[:, 1] <= box.y1)
         assert len(xy) > 5 and not inside.any(), line.get_label()
+
+
+# ---------------------------------------------------------------- issue 33: figures that survive a paper
+def _fake_pd(act, nw=36, nb=21, neutrality_at=3.0, chaotic=True):
+    """A phase diagram's drawing inputs without computing one: ordered below sigma_w2 = 1.5 + 2 sigma_b2 (the EOC
+    line), chaotic deep prejudice above it (or prejudice only), neutrality at ``neutrality_at``."""
+    from types import SimpleNamespace
+
+    from symfield.theory.phases import PHASES
+    sb, sw = np.linspace(0, 0.2, nb), np.linspace(0.5, 4, nw)
+    eoc = 1.5 + 2 * sb
+    above = sw[:, None] > eoc[None, :]
+    upper = PHASES.index("chaotic-deep-prejudice" if chaotic else "prejudice")
+    codes = np.where(above, upper, PHASES.index("ordered-deep-prejudice"))
+    if chaotic:
+        codes = np.where(sw[:, None] > neutrality_at, PHASES.index("neutrality"), codes)
+    return SimpleNamespace(act=act, sigma_b2=sb, sigma_w2=sw, codes=codes, eoc=eoc, eoc_stable=None,
+                           slope=np.where(above, 1.5, 0.5), neutrality=np.full(nb, float(neutrality_at)))
+
+
+def _overlaps(a, b):
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_composed_phase_panels_keep_legends_off_axis_labels():
+    """Two panels side by side (tanh beside a max-pool panel): each legend sits under its own x label (once
+    "edge of chaos (chi_1 = 1)sigma_b^2" overlapped), and lists only what its panel draws (once the max-pool
+    panel listed chaotic-deep-prejudice, neutrality and the dashed neutrality line it did not draw)."""
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    plots.phase_diagram(_fake_pd("tanh"), ax=axes[0])
+    plots.phase_diagram(_fake_pd("tanh+max2", neutrality_at=9.0, chaotic=False), ax=axes[1])
+    fig.tight_layout()
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    for ax in axes:
+        box = ax.get_legend().get_window_extent(r)
+        assert not _overlaps(box, ax.xaxis.label.get_window_extent(r))
+        assert not any(_overlaps(box, t.get_window_extent(r)) for t in ax.get_xticklabels() if t.get_text())
+        assert box.y1 <= ax.xaxis.label.get_window_extent(r).y0 + 1e-6
+    texts = [t.get_text() for t in axes[1].get_legend().get_texts()]
+    assert not any("neutrality" in t or "chaotic" in t for t in texts), texts
+    assert not [l for l in axes[1].get_lines() if l.get_label().startswith("neutrality")]
+    assert any("neutrality" in t.get_text() for t in axes[0].get_legend().get_texts())
+    plt.close(fig)
+    fig, axes = plt.subplots(1, 2)
+    plots.phase_diagram(_fake_pd("tanh"), ax=axes[0], legend=False)
+    plots.phase_diagram(_fake_pd("tanh"), ax=axes[1], legend="inside")
+    assert axes[0].get_legend() is None
+    fig.canvas.draw()
+    assert axes[1].get_legend().get_window_extent().fully_overlaps(axes[1].bbox)
+    plt.close(fig)
+    import pytest
+    with pytest.raises(ValueError, match="'legend'"):
+        plots.phase_diagram(_fake_pd("tanh"), legend="outside")
+
+
+def test_white_edge_of_chaos_line_has_a_visible_legend_sample():
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots()
+    plots._boundary(ax, _fake_pd("tanh"), "w")
+    eoc = [l for l in ax.get_lines() if l.get_label().startswith("edge of chaos")]
+    assert eoc and eoc[0].get_color() == "w" and eoc[0].get_path_effects()     # a dark outline around white
+    plt.close(fig)
+
+
+def test_pdf_rasterises_the_mesh_embeds_truetype_and_records_provenance(tmp_path):
+    pd = _fake_pd("tanh", nw=401, nb=201)
+    plots.phase_diagram(pd, tmp_path / "p.pdf")
+    data = (tmp_path / "p.pdf").read_bytes()
+    assert b"/Type3" not in data and b"/FontFile2" in data          # Type 42 (TrueType) fonts, no Type 3
+    assert b"/Subtype /Image" in data and len(data) < 150_000, len(data)   # the 80k-cell mesh is one image
+    assert b"/Creator (symfield " + sf.__version__.encode() in data and b"symfield.plots.phase_diagram" in data
+    plots.phase_diagram(pd, tmp_path / "p.png", dpi=60)
+    from PIL import Image
+    meta = Image.open(tmp_path / "p.png").text
+    assert meta["Software"] == f"symfield {sf.__version__}" and "symfield.plots.phase_diagram" in meta["Description"]
+
+
+def test_cli_dpi_and_command_in_the_figure(tmp_path):
+    from PIL import Image
+
+    from symfield.cli import main
+    for dpi in (40, 80):
+        assert main(["divergence", "relu", "--sigma-w2", "1.5", "--sigma-b2", "0.1", "--depth", "30",
+                     "--plot", str(tmp_path / f"d{dpi}.png"), "--dpi", str(dpi)]) == 0
+    lo, hi = (Image.open(tmp_path / f"d{d}.png") for d in (40, 80))
+    assert 1.8 < hi.size[0] / lo.size[0] < 2.2
+    assert "symfield divergence relu" in hi.text["Description"] and "--dpi 80" in hi.text["Description"]

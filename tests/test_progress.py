@@ -74,3 +74,18 @@ def test_bars_are_shown_in_a_jupyter_kernel_and_not_when_piped(monkeypatch):
     assert not progress.interactive()
     monkeypatch.delitem(sys.modules, "IPython")
     assert not progress.interactive()
+
+
+def test_slow_work_off_a_terminal_is_logged():
+    """Off a terminal (a log, a notebook's subprocess) the notice and the elapsed time reach the 'symfield'
+    logger at INFO, or stderr with SYMFIELD_PROGRESS=stderr; quick work stays silent either way."""
+    logged = "import logging; logging.basicConfig(level=logging.INFO, format='%(name)s %(message)s')\n"
+    p = subprocess.run([sys.executable, "-c", logged + CODE.format(1.0)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "symfield symfield: building the table of demo (one-time, then cached) ..." in p.stderr
+    assert "building the table of demo: done in" in p.stderr and "\r" not in p.stderr, p.stderr
+    env = {**os.environ, "SYMFIELD_PROGRESS": "stderr"}
+    p = subprocess.run([sys.executable, "-c", CODE.format(1.0)], capture_output=True, text=True, timeout=60, env=env)
+    assert p.stderr.splitlines()[0] == "symfield: building the table of demo (one-time, then cached) ..."
+    assert " s" in p.stderr.splitlines()[-1] and "done in" in p.stderr.splitlines()[-1]
+    p = subprocess.run([sys.executable, "-c", CODE.format(0.01)], capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 0 and p.stderr == ""

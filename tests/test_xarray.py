@@ -234,7 +234,8 @@ def test_isometry_diagram_and_diagnosis_to_xarray(tmp_path):
     assert ds["status"].attrs["flag_meanings"].split()[4] == "moment_out_of_float64_range"
     _labelled(ds)
     rng = np.random.default_rng(0)
-    g = sf.init.diagnose([rng.standard_normal((3, 64)), rng.standard_normal((3, 64))], "relu", 2.0, 0.0, bands=False)
+    g = sf.init.diagnose([rng.standard_normal((3, 64)), rng.standard_normal((3, 64))], "relu", 2.0, 0.0, bands=False,
+                         z=2.0)
     dg = g.to_xarray()
     assert dg["q"].dims == ("layer",) and dg["status"].values.tolist() == [3, 3]
     assert dg["status"].attrs["flag_meanings"].split()[3] == "not_compared" and dg.attrs["z"] == 2.0

@@ -11,6 +11,7 @@ import symfield  # noqa: E402
 
 project = "symfield"
 author = "symfield authors"
+copyright = "2026, symfield authors"   # the footer; unset, alabaster prints a bare "©."
 release = version = symfield.__version__
 extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon"]
 napoleon_google_docstring = False

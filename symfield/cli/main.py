@@ -355,7 +355,7 @@ def cmd_phase(args):
              dims={"eoc": ("sigma_b2",), "neutrality": ("sigma_b2",), "phases": ("code",)})
     if plot is not None:
         from symfield.io import plots
-        plots.phase_diagram(pd, plot, act=act)
+        plots.phase_diagram(pd, plot, act=act, dpi=args.dpi)
     summary = {"activation": pd.act, "grid": [int(sw.size), int(sb.size)], "seconds": round(seconds, 3),
                "counts": pd.counts(), "output": str(out) if out else None, "plot": str(plot) if plot else None}
     if args.json:
@@ -398,7 +398,7 @@ def cmd_divergence(args):
         save(out, {"gamma": d.gamma}, {"layer": np.arange(1, d.gamma.size + 1)}, _params(args, **summary))
     if plot is not None:
         from symfield.io import plots
-        plots.divergence(d, path=plot, act=act_arg(args).name, sigma_w2=args.sigma_w2, sigma_b2=args.sigma_b2)
+        plots.divergence(d, path=plot, dpi=args.dpi, act=act_arg(args).name, sigma_w2=args.sigma_w2, sigma_b2=args.sigma_b2)
     if args.json:
         print(_json({"params": _params(args), **summary, "gamma": d.gamma, "output": str(out) if out else None,
                      "plot": str(plot) if plot else None}, args.dps))
@@ -435,7 +435,7 @@ def cmd_simulate(args):
         data["gamma_finite_data"] = finite_data_gamma(q_th, qab_th, s.params["n_inputs"])[2]
     if plot is not None:
         from symfield.io import plots
-        plots.depth_curves(th, sim=s, path=plot)
+        plots.depth_curves(th, sim=s, path=plot, dpi=args.dpi)
     _emit(args, out, data, {"layer": s.layers}, _params(args, theory=th.method),
           summary={"layer": s.layers, **data, "plot": str(plot) if plot else None})
     return _check(args, data, "overflow at this sigma_w2, sigma_b2, depth? (theory status "
@@ -472,7 +472,7 @@ def cmd_gram(args):
             from symfield.simulate import simulate
             sim = simulate(act, n, args.depth, args.sigma_w2, args.sigma_b2, 2, args.n_networks, args.seed,
                            residual=args.residual, inputs=_two_inputs(q0))
-        plots.gram_bands(g, sim, width=n, path=plot)
+        plots.gram_bands(g, sim, width=n, path=plot, dpi=args.dpi)
     _emit(args, out, data, {"layer": g.layers}, _params(args, derivatives=g.moments.methods["derivatives"]),
           dps=args.dps, summary={"layer": g.layers, **data, "plot": str(plot) if plot else None},
           var_attrs={"status": status_attrs(np.asarray(g.status).dtype)})
@@ -547,7 +547,7 @@ def cmd_jacobian(args):
     if plot is not None:
         from symfield.io import plots
         s, sim = _jacobian_simulation(args, act, sw, sb)
-        plots.jacobian_spectrum(spec, sim=s, path=plot)
+        plots.jacobian_spectrum(spec, sim=s, path=plot, dpi=args.dpi)
     if out is not None:
         from symfield.io.output import save
         save(out, {"pdf": spec.pdf}, {"x": spec.x}, _params(args, **_plain({**summary, **sim}, args.dps)))
@@ -593,7 +593,7 @@ def _jacobian_map(args):
     d = _isometry_blocks(act, sw, sb, args.depth, args.weights, args.q0)
     if plot is not None:
         from symfield.io import plots
-        plots.isometry_map(d, _phase_blocks(act, sw, sb, None, 1e-6), path=plot, act=act)
+        plots.isometry_map(d, _phase_blocks(act, sw, sb, None, 1e-6), path=plot, act=act, dpi=args.dpi)
     data = {"m1": d.m1, "m2": d.m2, "var": d.var, "rel_var": d.rel_var, "status": d.status}
     with np.errstate(all="ignore"):     # the most isometric point with m1 within a factor 2 of 1
         score = np.where((d.status == 0) & (np.abs(np.log(d.m1)) <= np.log(2)), d.rel_var, np.inf)
@@ -625,7 +625,7 @@ def cmd_gradients(args):
             "g0": ("network",), "favoured_class": ("network",)}
     if plot is not None:
         from symfield.io import plots
-        plots.class_gradients(g, path=plot)
+        plots.class_gradients(g, path=plot, dpi=args.dpi)
     summary = {"layer": g.layers, **{n: data[n] for n in ("all", "favoured", "unfavoured")}, "g0": g.g0,
                "favoured_class": g.favoured_class, "plot": str(plot) if plot else None}
     _emit(args, out, data, {"layer": g.layers}, _params(args), dims=dims, summary=summary)
@@ -731,6 +731,11 @@ def _run(argv):
     for name, value in vars(args).items():  # undo the leading spaces of _dash_formulas
         if isinstance(value, str) and value.startswith(" -"):
             setattr(args, name, value[1:])
+    if getattr(args, "plot", None):            # provenance of the figure: the command line, in its metadata
+        import shlex
+
+        from symfield.io import plots
+        plots.PROVENANCE["command"] = shlex.join(["symfield", *argv])
     with np.errstate(all="ignore"):
         return COMMANDS[args.command](args)
 

@@ -291,6 +291,9 @@ def build_parser():
                            epilog="examples:\n" + "\n".join(f"  {e}" for e in examples))
         if add_arguments is not None:
             add_arguments(p)
+        if any("--plot" in a.option_strings for a in p._actions):
+            p.add_argument("--dpi", type=float, default=None, metavar="DPI",
+                           help="resolution of a .png --plot (default: the figure's, 120)")
     sweep_cli.add_parser(sub)
     bench_cli.add_parser(sub)
     return parser

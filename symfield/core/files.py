@@ -84,15 +84,26 @@ def _configured() -> Path:
     root = os.environ.get("SYMFIELD_CACHE")
     if root:
         return Path(root).expanduser() / "codegen"
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(xdg) / "symfield" / "codegen"
+    return platform_cache() / "codegen"
+
+
+def platform_cache() -> Path:
+    """The platform's user cache folder for symfield (platformdirs): Linux ``$XDG_CACHE_HOME/symfield``
+    (``~/.cache/symfield``), macOS ``~/Library/Caches/symfield``, Windows ``%LOCALAPPDATA%\\symfield\\Cache``;
+    the XDG rule when platformdirs is missing. SYMFIELD_CACHE overrides it (:func:`cache_dir`)."""
+    try:
+        import platformdirs
+    except ImportError:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return Path(xdg) / "symfield"
+    return Path(platformdirs.user_cache_dir("symfield", appauthor=False))
 
 
 _USABLE: dict = caches.memo()   # (configured location, key directory) -> the directory used by this process
 
 
 def cache_dir() -> Path:
-    """``$SYMFIELD_CACHE/codegen`` (default ``$XDG_CACHE_HOME/symfield/codegen``, ``~/.cache/...``): generated
+    """``$SYMFIELD_CACHE/codegen`` (default :func:`platform_cache`/codegen, e.g. ``~/.cache/symfield/codegen``): generated
     modules; the tables live in its ``tables/`` and ``tables1d/`` subfolders.
 
     Probed once per process (create it, write and remove a file): a location that cannot be written
@@ -235,6 +246,26 @@ def npz_bytes(arrays: dict, compress: bool = True) -> bytes:
             info.external_attr = 0o644 << 16
             zf.writestr(info, member.getvalue())
     return buf.getvalue()
+
+
+@contextmanager
+def locked(path):
+    """Hold an exclusive advisory lock on ``path``.lock for a read-modify-write of ``path`` (fcntl.flock,
+    blocking; released on exit or when the process dies). Parallel workers that merge their panels
+    into one table file take turns instead of overwriting each other's. Where the lock cannot be
+    taken (no fcntl, e.g. Windows; an unwritable folder) the block runs unlocked: the write is still
+    atomic, a concurrent merge can only lose panels, which are rebuilt on demand."""
+    try:
+        import fcntl
+        fh = open(f"{os.fspath(path)}.lock", "a")
+    except (ImportError, OSError):
+        yield False
+        return
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield True
+    finally:
+        fh.close()                     # closing releases the lock
 
 
 @contextmanager

@@ -50,7 +50,38 @@ def _inside(mask):
     return np.unravel_index(np.argmax(d), d.shape)
 
 
-def phase_diagram(pd, path=None, ax=None, title=None, act=None, dpi=None):
+def _legend_below(ax, handles, **kw):
+    """A legend under ``ax``'s x tick labels and x label (not over them): anchored at the axes' bottom edge,
+    moved down by their height in inches, so it stays clear when the axes are resized or composed."""
+    from matplotlib.transforms import ScaledTranslation
+    fig = ax.figure
+    try:
+        renderer = fig.canvas.get_renderer()
+    except AttributeError:                 # a canvas without one: the figure's (matplotlib >= 3.6)
+        renderer = fig._get_renderer()
+    box = ax.xaxis.get_tightbbox(renderer)
+    gap = (max(ax.bbox.y0 - box.y0, 0.0) if box is not None else 0.0) / fig.dpi + 0.06
+    where = ax.transAxes + ScaledTranslation(0, -gap, fig.dpi_scale_trans)
+    return ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=where,
+                     frameon=False, **kw)
+
+
+LEGENDS = ("below", "inside", False)
+
+
+def _check_legend(legend):
+    if legend not in LEGENDS and legend is not None:
+        raise InvalidValue(f"The 'legend' parameter of plots must be one of {LEGENDS} (None = False). "
+                           f"Got {legend!r} instead.")
+
+
+def _visible_line(y, ax_range):
+    """True when the curve y has a finite point inside the plotted range (lo, hi)."""
+    y = np.asarray(y, float)
+    return bool(np.any(np.isfinite(y) & (y >= ax_range[0]) & (y <= ax_range[1])))
+
+
+def phase_diagram(pd, path=None, ax=None, title=None, act=None, dpi=None, legend="below"):
     """Draw a :class:`symfield.PhaseDiagram` on ``ax`` (default: a new figure); save to ``path``
     (.png at ``dpi``, vector .pdf/.svg) when given. Returns the figure.
 
@@ -58,13 +89,18 @@ def phase_diagram(pd, path=None, ax=None, title=None, act=None, dpi=None):
     lines, names the lines and only the phases too small to carry a label.
     With ``act`` (the activation of ``pd``) positively homogeneous, the variance criterion
     q_growth = 1 is drawn as well (dash-dot): below it q converges, above it q grows geometrically.
-    For plain ReLU it is the chi1 = 1 line; for pooled ReLU the two differ (docs/theory.md section 2)."""
+    For plain ReLU it is the chi1 = 1 line; for pooled ReLU the two differ (docs/theory.md section 2).
+    The legend lists only lines and phases the panel shows; ``legend="below"`` (default) puts it under
+    the x label (composed subplots keep it off their axis labels), "inside" at the best corner, False
+    draws none. The phase mesh is rasterised in vector files (a .pdf of a 401 x 201 grid stays small)."""
     from matplotlib.colors import BoundaryNorm, ListedColormap
     from matplotlib.patches import Patch
+    _check_legend(legend)
     fig, ax, own = _own(ax, (6.4, 5.2))
     cmap = ListedColormap([COLOURS[p] for p in PHASES])
     norm = BoundaryNorm(np.arange(len(PHASES) + 1) - 0.5, cmap.N)
-    ax.pcolormesh(pd.sigma_b2, pd.sigma_w2, pd.codes, cmap=cmap, norm=norm, shading="nearest", alpha=0.85)
+    ax.pcolormesh(pd.sigma_b2, pd.sigma_w2, pd.codes, cmap=cmap, norm=norm, shading="nearest", alpha=0.85,
+                  rasterized=True)
     if np.isfinite(pd.eoc).sum() >= 2:
         _eoc_line(ax, pd, "k")
     elif np.nanmin(pd.slope) < 1 < np.nanmax(pd.slope):  # no EOC curve (e.g. ReLU): the chi1 = 1 boundary
@@ -73,7 +109,7 @@ def phase_diagram(pd, path=None, ax=None, title=None, act=None, dpi=None):
     crit = _variance_criterion(act)
     if crit is not None and pd.sigma_w2.min() <= crit <= pd.sigma_w2.max():
         ax.axhline(crit, color="k", ls="-.", lw=1.2, label=f"variance criterion ($q$ growth = 1, $\\sigma_w^2$ = {crit:.4g})")
-    if np.isfinite(pd.neutrality).any():
+    if _visible_line(pd.neutrality, (pd.sigma_w2.min(), pd.sigma_w2.max())):
         ax.plot(pd.sigma_b2, pd.neutrality, "k--", lw=2, label="neutrality ($c^* = 1/2$)")
     line_h, _ = ax.get_legend_handles_labels()
     unlabelled = []
@@ -91,33 +127,55 @@ def phase_diagram(pd, path=None, ax=None, title=None, act=None, dpi=None):
     ax.set_ylabel("$\\sigma_w^2$")
     ax.set_xlim(pd.sigma_b2.min(), pd.sigma_b2.max())
     ax.set_ylim(pd.sigma_w2.min(), pd.sigma_w2.max())
-    if line_h or unlabelled:   # below the axes (and the x label): never over the lines or the regions
-        ax.legend(handles=line_h + unlabelled, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13),
-                  ncol=2, frameon=False)
     ax.set_title(title or f"{pd.act}: phases at initialisation")
+    if (line_h or unlabelled) and legend == "below":   # under the x label: never over the lines or the regions
+        _legend_below(ax, line_h + unlabelled, fontsize=8, ncol=2)
+    elif (line_h or unlabelled) and legend == "inside":
+        ax.legend(handles=line_h + unlabelled, fontsize=8, loc="best", framealpha=0.85)
     return _finish(fig, path, dpi, own)
 
 
 FORMATS = (".png", ".pdf", ".svg")   # by the path's suffix: raster png at dpi, vector pdf and svg
 
 
-def _save(fig, path, dpi=None):
+def _metadata(suffix, call):
+    """Provenance for the file's metadata (PNG text chunks, PDF info, SVG metadata): symfield's version and
+    the call that drew the figure (and the command line when drawn by the CLI)."""
+    from symfield.core.version import __version__
+    what = f"symfield {__version__}"
+    text = call or "symfield.plots"
+    if PROVENANCE.get("command"):
+        text += f"; command: {PROVENANCE['command']}"
+    if suffix == ".png":
+        return {"Software": what, "Description": text}
+    if suffix == ".pdf":
+        return {"Creator": what, "Subject": text}
+    return {"Creator": what, "Description": text}
+
+
+PROVENANCE: dict = {}     # {"command": "symfield phase ..."} set by the CLI for the figures it saves
+
+
+def _save(fig, path, dpi=None, call=None):
     """savefig to a temporary file next to ``path``, then renamed into place (never a partial image).
     The format is the suffix's (.pdf/.svg: vector; .png: raster at ``dpi``, default the figure's)."""
     import os
 
     from symfield.core.files import replacing
+    import matplotlib
     kw = dict(bbox_inches="tight", dpi="figure" if dpi is None else dpi)
+    fonts = {"pdf.fonttype": 42, "ps.fonttype": 42}     # TrueType (Type 42) fonts, not Type 3: venues reject those
     if not isinstance(path, (str, os.PathLike)):    # an open file object: the caller owns it
-        fig.savefig(path, **kw)
+        with matplotlib.rc_context(fonts):
+            fig.savefig(path, **kw)
         return
     suffix = os.path.splitext(os.fspath(path))[1].lower()
     if suffix not in FORMATS:
         raise InvalidValue(f"path must end in one of {', '.join(FORMATS)}; got {os.fspath(path)!r}")
     if dpi is not None and not (isinstance(dpi, (int, float)) and dpi > 0):
         raise InvalidValue(f"dpi must be a number > 0; got {dpi!r}")
-    with replacing(path) as tmp:
-        fig.savefig(tmp, **kw)
+    with replacing(path) as tmp, matplotlib.rc_context(fonts):
+        fig.savefig(tmp, metadata=_metadata(suffix, call), **kw)
 
 
 def _own(ax, figsize, ncols=1):
@@ -131,9 +189,11 @@ def _own(ax, figsize, ncols=1):
 
 
 def _finish(fig, path, dpi=None, own=True):
-    """Save ``fig`` to ``path`` when given (closing it when it is ours), and return it."""
+    """Save ``fig`` to ``path`` when given (closing it when it is ours), and return it. The file's metadata
+    names the plotting function that called this one (provenance)."""
     if path is not None:
-        _save(fig, path, dpi)
+        import sys
+        _save(fig, path, dpi, call=f"symfield.plots.{sys._getframe(1).f_code.co_name}")
         if own:
             _pyplot().close(fig)
     return fig
@@ -263,7 +323,7 @@ def divergence(d, path=None, title=None, axes=None, dpi=None, act=None, sigma_w2
 
 
 def class_gradients(g, path=None, title=None, ax=None, dpi=None):
-    """Per-class mean squared gradients (1/N) |dl/dh^(l)|^2 against layer l from a
+    """Per-class mean squared gradients (1/N) ``|dl/dh^(l)|^2`` against layer l from a
     :func:`symfield.class_gradients` result: favoured class (the one the network assigns most
     inputs to at initialisation), unfavoured class and all samples; median over networks with
     a band across networks when there are several (5-95 % from 20 networks on, min-max below: the
@@ -393,8 +453,10 @@ def jacobian_depth(depths, variances, labels, ax=None, path=None, dpi=None):
 def _eoc_line(ax, pd, colour):
     """The edge-of-chaos curve: solid where its q* is stable; dotted where q* is unstable (no network
     reaches it), with the realised order/chaos boundary, the chi1 = 1 contour at the reached q*."""
+    from matplotlib import patheffects
     stable = np.ones(pd.eoc.shape, bool) if pd.eoc_stable is None else np.asarray(pd.eoc_stable, bool)
-    ax.plot(pd.sigma_b2, np.where(stable, pd.eoc, np.nan), "-", color=colour, lw=2,
+    halo = [patheffects.withStroke(linewidth=3.6, foreground="k")] if colour in ("w", "white") else None
+    ax.plot(pd.sigma_b2, np.where(stable, pd.eoc, np.nan), "-", color=colour, lw=2, path_effects=halo or [],
             label="edge of chaos ($\\chi_1 = 1$)")
     if not stable.all() and np.isfinite(pd.eoc[~stable]).any():
         ax.plot(pd.sigma_b2, np.where(~stable, pd.eoc, np.nan), ":", color=colour, lw=2,
@@ -432,7 +494,7 @@ def isometry_map(diagram, pd=None, ax=None, path=None, title=None, act=None, dpi
     rel = np.where(diagram.status == 0, diagram.rel_var, np.nan)
     with np.errstate(all="ignore"):
         z = np.log10(np.maximum(rel, 1e-16))
-    mesh = ax.pcolormesh(diagram.sigma_b2, diagram.sigma_w2, z, shading="nearest", cmap="viridis")
+    mesh = ax.pcolormesh(diagram.sigma_b2, diagram.sigma_w2, z, shading="nearest", cmap="viridis", rasterized=True)
     (ax.figure if fig is None else fig).colorbar(mesh, ax=ax, label="$\\log_{10}(m_2/m_1^2 - 1)$")
     with np.errstate(all="ignore"):
         lm1 = np.log(np.where(diagram.status == 0, diagram.m1, np.nan))
@@ -442,10 +504,10 @@ def isometry_map(diagram, pd=None, ax=None, path=None, title=None, act=None, dpi
         ax.plot([], [], "--", color="#dd8452", lw=1.5, label="$m_1 = 1$ (mean squared singular value)")
     if pd is not None:
         _boundary(ax, pd, "w")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)  # off the map
     ax.set_xlabel("$\\sigma_b^2$")
     ax.set_ylabel("$\\sigma_w^2$")
+    if ax.get_legend_handles_labels()[0]:          # off the map, under the x label
+        _legend_below(ax, ax.get_legend_handles_labels()[0], fontsize=7, ncol=2)
     p = diagram.params
     ax.set_title(title or f"{p.get('act', '')}, {p.get('weights', '')} weights, L = {p.get('depth', '')}: "
                           "spread of the Jacobian spectrum", fontsize=9)

@@ -37,7 +37,7 @@ class EOC:
     an UNSTABLE fixed point, which the recursion from q^(1) does not reach (e.g. x erf(x) at small
     sigma_b2: the network's q runs away although chi1(q*) = 1); ``stable`` says which.
 
-    Positively homogeneous psi of degree 1 (:func:`eoc_homogeneous`): the EOC is the vertical line
+    Positively homogeneous psi of degree 1 (docs/theory.md section 5): the EOC is the vertical line
     sigma_w2 = 1/E[psi'^2], ``q_star`` is inf for sigma_b2 > 0, ``q_slope`` is q_growth =
     sigma_w2 V(q)/q there, and ``note`` says so (empty for every other psi).
 
@@ -188,7 +188,7 @@ def eoc(act: str | Activation, sigma_b2: float, dps: int | None = None, norm: st
         norm_at: str = "before", batch: int | None = None) -> EOC:
     """Edge of chaos at ``sigma_b2``: result with .sigma_w2 and .q_star (bracketing root finder).
     Positively homogeneous psi (relu family): sigma_w2 = 1/E[psi'^2] at every sigma_b2, q* = inf
-    for sigma_b2 > 0, explained in .note (:func:`eoc_homogeneous`).
+    for sigma_b2 > 0, explained in .note.
 
     Parameters
     ----------
@@ -358,7 +358,7 @@ def eoc_depth(act: str | Activation, sigma_b2: float, depth: int, q0: float = 1.
 def eoc_curve(act: str | Activation, sigma_b2: ArrayLike, dps: int | None = None, norm: str | None = None,
               norm_at: str = "before", batch: int | None = None) -> NDArray[Any]:
     """sigma_w2 on the edge of chaos for each sigma_b2 (array in, array out); for positively
-    homogeneous psi the vertical line sigma_w2 = 1/E[psi'^2] (:func:`eoc_homogeneous`).
+    homogeneous psi the vertical line sigma_w2 = 1/E[psi'^2] (docs/theory.md section 5).
 
     Parameters
     ----------

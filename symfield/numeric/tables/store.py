@@ -18,7 +18,7 @@ import sympy as sp
 
 from symfield.core import caches
 from symfield.core.errors import InvalidValue
-from symfield.core.files import cache_dir, load_checked_npz, quarantine, save_checked_npz, warn
+from symfield.core.files import cache_dir, load_checked_npz, locked, quarantine, save_checked_npz, warn
 from symfield.core.version import __version__
 from symfield.numeric import shipped
 from symfield.numeric.tables.build import TAIL
@@ -54,9 +54,20 @@ def save(T, path=None):
     contiguously are merged first (``T.merge``).
     An unwritable cache is warned about; the table still works in this process."""
     ship, path = path is not None, path or path_of(T.K)
-    other = None if ship else read(path, T.K, type(T))
-    if other is not None:
-        T.merge(other)
+    if ship:
+        return _write(T, path, ship)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass                                # _write warns about an unwritable cache
+    with locked(path):                      # read, merge and write as one step: no other worker's panels lost
+        other = read(path, T.K, type(T))
+        if other is not None:
+            T.merge(other)
+        return _write(T, path, ship)
+
+
+def _write(T, path, ship):
     data = {}
     info = {k: v for k, v in T.info.items() if k not in ("path", "shipped")}   # set when read
     meta = dict(kind=T.kind, degree=T.degree, parity=T.parity, psi0sq=T.psi0sq, V1=T.V1, info=info,

@@ -36,6 +36,7 @@ from symfield.numeric.evaluate import GUARD_DIGITS, to_mpf
 from symfield.numeric.maps import maps
 from symfield.symbolic.activation import Activation
 from symfield.symbolic.formula import X
+from symfield.symbolic.gaussian import q1 as Q1, q2 as Q2, q12 as Q12
 from symfield.symbolic.kernel import kernel
 from symfield.theory.propagate import propagate
 
@@ -143,7 +144,7 @@ def ntk(act: str | Activation, sigma_w2: float, sigma_b2: float, depth: int, q0:
     depth : int
         Layers L >= 1; layer 1 is linear, Theta^(1) = K^(1).
     q0, qab0 : float
-        The inputs' variance and covariance (|qab0| <= q0).
+        The inputs' variance and covariance (abs(qab0) <= q0).
     layers : array_like of int, optional
         Layers (1..depth) to return; default all.
     residual : float, optional
@@ -288,6 +289,25 @@ def _derivative_kernel(K):
         return None
 
 
+_GL_T, _GL_W = np.polynomial.legendre.leggauss(8)
+
+
+def _price_form(K):
+    """d/dq12 of a closed-form, kink-free dC (= E[grad^2 psi(u) : grad^2 psi(v)] by Price's theorem), or None."""
+    if K.kinks or K.dC.has(sp.Integral) or (K.act.pool == "max" and K.act.k > 1):
+        return None
+    return sp.diff(K.dC, Q12)
+
+
+def _dtdot_small(K, M, dC2, qv, cv, dv):
+    """dTdot = dC(q, q, q) - dC(q, q, q - d/2) = (d/2) int_0^1 dC2(q, q, q - t d/2) dt by 8-point Gauss-Legendre
+    (dC2 is analytic near c = 1 for a kink-free psi; no difference of nearly equal numbers)."""
+    total = np.zeros(qv.shape)
+    for t, w in zip((_GL_T + 1) / 2, _GL_W / 2):
+        total += w * M.expect(dC2, (Q1, Q2, Q12), (qv, qv, qv - t * dv / 2))
+    return dv / 2 * total
+
+
 def _terms_f64(K, q, qab, d):
     """V, D, Tdot_aa, Tdot_ab, dTdot at every layer (float64 arrays from the maps engine)."""
     M = maps(K)
@@ -296,15 +316,21 @@ def _terms_f64(K, q, qab, d):
     qv, cv, dv = q[ok], qab[ok], d[ok]
     out[0][ok], out[1][ok] = M.V(qv), M.D(qv, qv, cv, dv)
     out[2][ok], out[3][ok] = M.dpsi2(qv), M.dC(qv, qv, cv)
-    plain = out[2][ok] - out[3][ok]
+    dtd = out[2][ok] - out[3][ok]
+    small = dv <= SERIES_D * np.maximum(qv, 1.0)
+    dC2 = _price_form(K)
+    if dC2 is not None:
+        if small.any():
+            dtd[small] = _dtdot_small(K, M, dC2, qv[small], cv[small], dv[small])
+        out[4][ok] = dtd
+        return out, "dTdot by Price's theorem, (d/2) int d(dC)/dq12 (8-point Gauss-Legendre) for d <= 1e-4, plain above", True
     Kd = _derivative_kernel(K)
     if Kd is None:
-        out[4][ok] = plain
+        out[4][ok] = dtd
         return out, "dTdot = dpsi2 - dC (plain difference: loses digits as c -> 1)", False
     r = distance_rule(Kd)
     k = 1 if K.act.pool is None else K.act.k
-    use = np.ones(qv.shape, bool) if Kd.closed_form and r.exact else dv <= SERIES_D * np.maximum(qv, 1.0)
-    dtd = plain.copy()
+    use = np.ones(qv.shape, bool) if Kd.closed_form and r.exact else small
     if use.any():
         dtd[use] = maps(Kd).D(qv[use], qv[use], cv[use], dv[use]) / (2 * k)
     out[4][ok] = dtd

@@ -266,3 +266,35 @@ def test_bad_input_is_refused():
         ntk("relu", 2.0, 0.0, 3, parameterization="mup")
     with pytest.raises(InvalidValue, match="sigma_w2"):
         ntk("relu", 0.0, 0.0, 3)
+
+
+# ------------------------------------------------------------------------------------------------ command line
+def _cli(capsys, *argv):
+    from symfield.cli.main import main
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_ntk_json_csv_and_plot(capsys, tmp_path):
+    import json
+    code, out, err = _cli(capsys, "ntk", "relu", "--sigma-w2", "2", "--sigma-b2", "0", "--depth", "10", "--q0", "1",
+                          "--qab0", "0.5", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["theta_aa"][-1] == 20.0 and d["theta_ab"][-1] == pytest.approx(7.58538871243510848, rel=1e-14)
+    assert d["params"]["depth"] == 10 and d["params"]["status"] == "ok"
+    csv, png = tmp_path / "ntk.csv", tmp_path / "ntk.png"
+    code, out, err = _cli(capsys, "ntk", "erf", "--sigma-w2", "1.25", "--sigma-b2", "0.05", "--depth", "5",
+                          "-o", csv, "--plot", png)
+    assert code == 0 and csv.stat().st_size > 0 and png.stat().st_size > 0
+    rows = [r for r in csv.read_text().splitlines() if not r.startswith("#")]
+    assert rows[0].startswith("layer,theta_aa,theta_ab") and len(rows) == 6
+
+
+def test_cli_trainability(capsys):
+    import json
+    code, out, _ = _cli(capsys, "trainability", "erf", "--sigma-w2", "1.25", "--sigma-b2", "0.05", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["regime"] == "ordered" and d["xi_1"] > 0 and d["chi1"] < 1
+    code, out, _ = _cli(capsys, "trainability", "relu", "--sigma-w2", "2", "--sigma-b2", "0")
+    assert code == 0 and "edge-of-chaos" in out and "0.25" in out

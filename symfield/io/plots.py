@@ -450,3 +450,23 @@ def isometry_map(diagram, pd=None, ax=None, path=None, title=None, act=None, dpi
     ax.set_title(title or f"{p.get('act', '')}, {p.get('weights', '')} weights, L = {p.get('depth', '')}: "
                           "spread of the Jacobian spectrum", fontsize=9)
     return _finish(fig or ax.figure, path, dpi, own=fig is not None)
+
+
+def ntk_depth(r, path=None, title=None, axes=None, dpi=None):
+    """An :func:`symfield.ntk` result: Theta_aa and Theta_ab per layer (left) and gamma_Theta with the NNGP
+    gamma (right, log scale). Saved to ``path`` when given; returns the figure."""
+    fig, (a1, a2), own = _own(axes, (10, 4.2), ncols=2)
+    layers = np.asarray(r.layers)
+    a1.plot(layers, np.asarray(r.theta_aa, dtype=float), "k-", label="$\\Theta_{aa}$")
+    a1.plot(layers, np.asarray(r.theta_ab, dtype=float), "-", color="#c44e52", label="$\\Theta_{ab}$")
+    a1.set_xlabel("layer $l$")
+    a1.set_ylabel("NTK")
+    a1.legend(fontsize=8)
+    with np.errstate(all="ignore"):
+        a2.semilogy(layers, np.asarray(r.gamma_theta, dtype=float), "k-", label="$\\gamma_\\Theta$")
+        a2.semilogy(layers, np.asarray(r.gamma, dtype=float), "--", color="#4c72b0", label="$\\gamma$ (NNGP)")
+    a2.set_xlabel("layer $l$")
+    a2.legend(fontsize=8)
+    p = r.params
+    fig.suptitle(title or _title(p.get("act"), p.get("sigma_w2"), p.get("sigma_b2")) + f": NTK ({r.precision})")
+    return _finish(fig, path, dpi, own)

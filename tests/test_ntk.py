@@ -298,3 +298,19 @@ def test_cli_trainability(capsys):
     assert code == 0 and d["regime"] == "ordered" and d["xi_1"] > 0 and d["chi1"] < 1
     code, out, _ = _cli(capsys, "trainability", "relu", "--sigma-w2", "2", "--sigma-b2", "0")
     assert code == 0 and "edge-of-chaos" in out and "0.25" in out
+
+
+def test_propagate_ntk_grid_against_mpmath_recursion():
+    import symfield as sf
+    sw, sb = np.array([1.5, 2.0, 2.5]), np.array([0.0, 0.1])
+    P = sf.propagate("relu", sw[:, None], sb[None, :], 8, qab0=0.3, layers=[2, 5, 8], ntk=True)
+    assert P.theta_aa.shape == (3, 3, 2)
+    for i, w in enumerate(sw):
+        for j, b in enumerate(sb):
+            with mp.workdps(25):
+                ref = _mp_ntk(_relu_maps, mp.mpf(w), mp.mpf(b), 8, mp.mpf(1), mp.mpf("0.3"))
+            for k, L in enumerate((2, 5, 8)):
+                assert P.theta_aa[k, i, j] == pytest.approx(float(ref[L - 1][0]), rel=1e-13)
+                assert P.theta_ab[k, i, j] == pytest.approx(float(ref[L - 1][1]), rel=1e-13)
+    ds = P.to_xarray()
+    assert "theta_aa" in ds and "gamma_theta" in ds and ds["theta_ab"].dims == ("layer", "sigma_w2", "sigma_b2")

@@ -20,24 +20,19 @@ avg-pools that over k, for max-pools the plain difference (``exact`` False).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Literal
 
 import mpmath
 import numpy as np
 from numpy.typing import ArrayLike
-import sympy as sp
 
 from symfield.core import validate as check
-from symfield.core.errors import InvalidValue, SYMPY_GAVE_UP, Unsupported
-from symfield.numeric.distance import SERIES_D, rule as distance_rule
 from symfield.numeric.evaluate import GUARD_DIGITS, to_mpf
 from symfield.numeric.maps import maps
 from symfield.symbolic.activation import Activation
-from symfield.symbolic.formula import X
-from symfield.symbolic.gaussian import q1 as Q1, q2 as Q2, q12 as Q12
 from symfield.symbolic.kernel import kernel
+from symfield.theory.ntk_core import Coefficients, terms_f64, terms_mp, theta_f64, theta_mp
 from symfield.theory.propagate import propagate
 
 _F = "ntk"
@@ -172,23 +167,22 @@ def ntk(act: str | Activation, sigma_w2: float, sigma_b2: float, depth: int, q0:
     K = kernel(act)
     if dps is None:
         q, qab, d, status = _nngp_f64(act, sw, sb, depth, q0, qab0, alpha)
-        terms, how, exact = _terms_f64(K, q, qab, d)
+        terms, how, exact = terms_f64(K, q, qab, d)
     else:
         q, qab, d = _nngp_mp(K, sw, sb, depth, q0, qab0, alpha, dps)
         status = "ok"
-        terms, how, exact = _terms_mp(K, q, qab, d, dps), f"mpmath at dps={dps} (dTdot at extra digits)", True
+        terms, how, exact = terms_mp(K, q, qab, d, dps), f"mpmath at dps={dps} (dTdot at extra digits)", True
     cw, cb = (sw, sb) if parameterization == "ntk" else (width, 1.0)
-    coef = _Coefficients(sw, cw, cb, alpha)
+    coef = Coefficients(sw, cw, cb, alpha)
     first = (cw * q0 + cb, cw * qab0 + cb, cw * (2 * q0 - 2 * qab0))
     if dps is not None:
         with mpmath.workdps(dps + GUARD_DIGITS):
-            coef = _Coefficients(*(to_mpf(v) if v is not None else None for v in (sw, cw, cb, alpha)))
+            coef = Coefficients(*(to_mpf(v) if v is not None else None for v in (sw, cw, cb, alpha)))
             first = (coef.cw * to_mpf(q0) + coef.cb, coef.cw * to_mpf(qab0) + coef.cb,
                      2 * coef.cw * (to_mpf(q0) - to_mpf(qab0)))
-            taa, tab, dth, shares = _theta(first, terms, coef, depth, mp=True)
+            taa, tab, dth, shares = theta_mp(first, terms, coef)
     else:
-        with np.errstate(over="ignore", invalid="ignore"):
-            taa, tab, dth, shares = _theta(first, terms, coef, depth, mp=False)
+        taa, tab, dth, shares = theta_f64(first, terms, coef)
         if status == "ok" and not np.all(np.isfinite(taa)):
             status = f"Theta overflowed float64 after layer {int(np.argmax(~np.isfinite(taa)))} (use dps)"
     idx = store - 1
@@ -197,53 +191,6 @@ def ntk(act: str | Activation, sigma_w2: float, sigma_b2: float, depth: int, q0:
                precision="float64" if dps is None else f"mpmath(dps={dps})",
                params=dict(act=K.act.name, sigma_w2=sw, sigma_b2=sb, depth=depth, q0=q0, qab0=qab0,
                            residual=alpha, parameterization=parameterization, width=width))
-
-
-@dataclass(frozen=True)
-class _Coefficients:
-    """Layer l -> l+1: A = [1 if residual] + g sigma_w2 Tdot, B = g (cw T + cb), g = alpha^2 or 1."""
-    sw: object
-    cw: object
-    cb: object
-    alpha: object
-
-    @property
-    def g(self):
-        return 1 if self.alpha is None else self.alpha * self.alpha
-
-    @property
-    def skip(self):
-        return 0 if self.alpha is None else 1
-
-
-def _theta(first, terms, c, depth, mp):
-    """Theta_aa, Theta_ab, d_Theta per layer (index 0 = layer 1), and the layer shares at the last layer."""
-    V, D, td_aa, td_ab, dtd = terms
-    n = depth
-    zeros = (lambda: [mpmath.mpf(0)] * n) if mp else (lambda: np.zeros(n))
-    taa, tab, dth = zeros(), zeros(), zeros()
-    A_aa, A_ab, B_aa, B_ab = zeros(), zeros(), zeros(), zeros()
-    taa[0], tab[0], dth[0] = first
-    B_aa[0], B_ab[0] = first[0], first[1]
-    g, skip = c.g, c.skip
-    for i in range(n - 1):          # layer i+1 -> i+2 with the maps at layer i+1's kernel
-        A_aa[i + 1] = skip + g * c.sw * td_aa[i]
-        A_ab[i + 1] = skip + g * c.sw * td_ab[i]
-        B_aa[i + 1] = g * (c.cw * V[i] + c.cb)
-        B_ab[i + 1] = g * (c.cw * (V[i] - D[i] / 2) + c.cb)
-        taa[i + 1] = A_aa[i + 1] * taa[i] + B_aa[i + 1]
-        tab[i + 1] = A_ab[i + 1] * tab[i] + B_ab[i + 1]
-        dth[i + 1] = A_aa[i + 1] * dth[i] + g * (c.cw * D[i] + 2 * c.sw * dtd[i] * tab[i])
-    shares = []
-    for A, B, T in ((A_aa, B_aa, taa), (A_ab, B_ab, tab)):
-        out, prod = [None] * n, 1
-        for i in range(n - 1, -1, -1):      # layer i+1's parameters: B_i times the later slopes
-            out[i] = B[i] * prod / T[n - 1] if T[n - 1] != 0 else (mpmath.nan if mp else math.nan)
-            prod = prod * A[i]
-        shares.append(np.array(out, dtype=object if mp else float))
-    if mp:
-        return (np.array(taa, dtype=object), np.array(tab, dtype=object), np.array(dth, dtype=object), shares)
-    return taa, tab, dth, shares
 
 
 # ------------------------------------------------------------------------------------------- the NNGP kernel
@@ -274,85 +221,3 @@ def _nngp_mp(K, sw, sb, depth, q0, qab0, alpha, dps):
     return (np.array(v, dtype=object) for v in (q, qab, d))
 
 
-# ------------------------------------------------------------------------------------------- the maps per layer
-def _derivative_kernel(K):
-    """The kernel of phi' (single node), or None (a pool of k > 1 or no derivative kernel)."""
-    act = K.act if K.base is None else K.base.act
-    if K.act.pool is not None and K.act.k > 1 and K.act.pool == "max":
-        return None
-    try:
-        d1 = sp.diff(act.expr, X)
-        if d1.has(sp.DiracDelta):
-            return None
-        return kernel(Activation(f"d({act.name})/dx", d1))
-    except (Unsupported, InvalidValue, *SYMPY_GAVE_UP):
-        return None
-
-
-_GL_T, _GL_W = np.polynomial.legendre.leggauss(8)
-
-
-def _price_form(K):
-    """d/dq12 of a closed-form, kink-free dC (= E[grad^2 psi(u) : grad^2 psi(v)] by Price's theorem), or None."""
-    if K.kinks or K.dC.has(sp.Integral) or (K.act.pool == "max" and K.act.k > 1):
-        return None
-    return sp.diff(K.dC, Q12)
-
-
-def _dtdot_small(K, M, dC2, qv, cv, dv):
-    """dTdot = dC(q, q, q) - dC(q, q, q - d/2) = (d/2) int_0^1 dC2(q, q, q - t d/2) dt by 8-point Gauss-Legendre
-    (dC2 is analytic near c = 1 for a kink-free psi; no difference of nearly equal numbers)."""
-    total = np.zeros(qv.shape)
-    for t, w in zip((_GL_T + 1) / 2, _GL_W / 2):
-        total += w * M.expect(dC2, (Q1, Q2, Q12), (qv, qv, qv - t * dv / 2))
-    return dv / 2 * total
-
-
-def _terms_f64(K, q, qab, d):
-    """V, D, Tdot_aa, Tdot_ab, dTdot at every layer (float64 arrays from the maps engine)."""
-    M = maps(K)
-    ok = np.isfinite(q) & np.isfinite(d)
-    out = [np.full(q.shape, np.nan) for _ in range(5)]
-    qv, cv, dv = q[ok], qab[ok], d[ok]
-    out[0][ok], out[1][ok] = M.V(qv), M.D(qv, qv, cv, dv)
-    out[2][ok], out[3][ok] = M.dpsi2(qv), M.dC(qv, qv, cv)
-    dtd = out[2][ok] - out[3][ok]
-    small = dv <= SERIES_D * np.maximum(qv, 1.0)
-    dC2 = _price_form(K)
-    if dC2 is not None:
-        if small.any():
-            dtd[small] = _dtdot_small(K, M, dC2, qv[small], cv[small], dv[small])
-        out[4][ok] = dtd
-        return out, "dTdot by Price's theorem, (d/2) int d(dC)/dq12 (8-point Gauss-Legendre) for d <= 1e-4, plain above", True
-    Kd = _derivative_kernel(K)
-    if Kd is None:
-        out[4][ok] = dtd
-        return out, "dTdot = dpsi2 - dC (plain difference: loses digits as c -> 1)", False
-    r = distance_rule(Kd)
-    k = 1 if K.act.pool is None else K.act.k
-    use = np.ones(qv.shape, bool) if Kd.closed_form and r.exact else small
-    if use.any():
-        dtd[use] = maps(Kd).D(qv[use], qv[use], cv[use], dv[use]) / (2 * k)
-    out[4][ok] = dtd
-    how = f"dTdot = D[phi']/2{'' if k == 1 else f'/{k}'} ({r.method})" + ("" if use.all() else ", plain above d = 1e-4")
-    return out, how, r.exact
-
-
-def _terms_mp(K, q, qab, d, dps):
-    """The same in mpmath: dTdot = dpsi2 - dC at dps + log10(q/d) + guard digits (no digits lost)."""
-    M = maps(K, dps)
-    out = [[], [], [], [], []]
-    for qa, qc, dd in zip(q, qab, d):
-        out[0].append(M.V(qa))
-        out[1].append(M.D(qa, qa, qc, dd))
-        out[2].append(M.dpsi2(qa))
-        out[3].append(M.dC(qa, qa, qc))
-        extra = 0 if dd <= 0 else max(0, int(mpmath.log10(max(qa, 1) / dd)))
-        work = dps + 10 * (extra // 10 + 1) + GUARD_DIGITS
-        Mw = maps(K, work)
-        with mpmath.workdps(work):
-            qa_w = to_mpf(qa)
-            diff = Mw.dpsi2(qa_w) - Mw.dC(qa_w, qa_w, qa_w - to_mpf(dd) / 2)
-        with mpmath.workdps(dps + GUARD_DIGITS):
-            out[4].append(+diff)
-    return out

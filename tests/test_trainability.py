@@ -76,3 +76,28 @@ def test_edge_of_chaos_ratio_erf():
         r = ntk("erf", sw, 0.18, L, layers=[L])
         errs.append(abs(float(r.theta_ab[-1] / r.theta_aa[-1]) - 1 / 3))
     assert errs[0] > 3 * errs[1] and errs[1] > 3 * errs[2] and errs[2] < 1e-3, errs
+
+
+def test_phase_diagram_ntk_fields_against_mpmath():
+    import numpy as np
+
+    import symfield as sf
+    pd = sf.phase_diagram("erf", [1.25, 1.5], [0.05], depth=30, ntk=True, m=10)
+    with mp.workdps(30):
+        q, _, chi1, _ = _erf_fixed_point(1.25, 0.05)
+        assert pd.depth_scale[0, 0] == pytest.approx(float(-1 / mp.log(chi1)), rel=1e-10)
+        q, c, chi1, chi_c = _erf_fixed_point(1.5, 0.05)
+        assert pd.depth_scale[1, 0] == pytest.approx(float(-1 / (mp.log(chi_c) - mp.log(chi1))), rel=1e-9)
+        assert pd.chi_c_star[1, 0] == pytest.approx(float(chi_c), rel=1e-10)
+    with mp.workdps(40):     # kappa = 1 + m gamma_Theta at layer 30 from the plain recursion (erf closed forms)
+        for i, w in enumerate((1.25, 1.5)):
+            sw, sb = mp.mpf(w), mp.mpf(0.05)
+            qq, cc = sw + sb, sb
+            ta, tb = qq, cc
+            for _ in range(29):
+                A = 1 + 2 * qq
+                Td_aa, Td_ab = 4 / mp.pi / mp.sqrt(A * A - 4 * qq * qq), 4 / mp.pi / mp.sqrt(A * A - 4 * cc * cc)
+                qq, cc = sw * 2 / mp.pi * mp.asin(2 * qq / A) + sb, sw * 2 / mp.pi * mp.asin(2 * cc / A) + sb
+                ta, tb = qq + sw * Td_aa * ta, cc + sw * Td_ab * tb
+            assert pd.kappa[i, 0] == pytest.approx(float(1 + 10 * tb / (ta - tb)), rel=1e-11)
+    assert np.isfinite(pd.to_xarray()["depth_scale"]).all()

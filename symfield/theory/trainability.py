@@ -120,3 +120,19 @@ def trainability(act: str | Activation, sigma_w2: float, sigma_b2: float, eoc_to
     depth = {"ordered": xi_1, "chaotic": xi_star}.get(regime, math.inf)
     return Trainability(regime, ph.label, qs, cs, chi1, chi_c, theta, theta_ab, xi_1, xi_star, depth, limit,
                         "; ".join(p for p in (note, ph.note if len(ph.note) < 300 else "") if p))
+
+
+def depth_scale_fields(K, sw: np.ndarray, qs: np.ndarray, cs: np.ndarray, slope: np.ndarray,
+                       eoc_tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """(chi_c*, depth scale) on arrays of fixed points (as :func:`trainability`, vectorised): xi_1 = -1/log chi1
+    where c* = 1 and chi1 < 1, xi* = -1/(log chi_c* - log chi1) where c* < 1, inf on the edge of chaos."""
+    chi_c = np.array(slope, dtype=float)
+    inner = (cs < 1) & (qs > 0) & np.isfinite(qs)
+    if inner.any():
+        chi_c[inner] = sw[inner] * maps(K).dC(qs[inner], qs[inner], cs[inner] * qs[inner])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        xi_1 = -1 / np.log(slope)
+        xi_s = -1 / (np.log(chi_c) - np.log(slope))
+    edge = (cs >= 1) & (np.abs(slope - 1) <= eoc_tol)
+    out = np.where(cs >= 1, xi_1, np.where(inner, xi_s, np.nan))   # q* = 0 or inf with c* < 1: not derived
+    return chi_c, np.where(edge, np.inf, out)

@@ -28,6 +28,7 @@ EXPECTED = {
     "04_new_activation.ipynb": ["RESULT: ", "no edge of chaos at sigma_b2 = 0", "at 30 digits"],
     "05_jacobian_spectrum.ipynb": ["near-isometric: True", "2L - 1 at every depth: True", "theory vs simulation",
                                    "atom at 0 of mass 0.5"],
+    "06_trainability.ipynb": ["edge-of-chaos", "erf: depth scale at", "relu+max2 finite depth scales", "limit 0.25000"],
 }
 
 

@@ -475,13 +475,14 @@ def ntk_depth(r, path=None, title=None, axes=None, dpi=None):
 def trainability_diagram(pd, path=None, ax=None, title=None, act=None, dpi=None):
     """Xiao-et-al.-style trainability figure of a ``phase_diagram(..., ntk=True)`` result: the NTK depth scale
     (xi_1 in the ordered phase, xi* in the chaotic phase; the trainable depth is a multiple of it) as a colour
-    map over (sigma_b2, sigma_w2) on a log scale, with the edge of chaos (where it diverges). Returns the figure."""
+    map over (sigma_b2, sigma_w2) on a log scale, with the edge of chaos (where it diverges); cells where it is not
+    derived (NaN) stay blank. Returns the figure."""
     if pd.depth_scale is None:
         raise ValueError("trainability_diagram needs phase_diagram(..., ntk=True)")
     fig, ax, own = _own(ax, (6.4, 5))
     xi = np.asarray(pd.depth_scale, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        shown = np.log10(np.clip(np.where(np.isfinite(xi), xi, np.nanmax(xi[np.isfinite(xi)], initial=1e4)), 0.1, 1e4))
+        shown = np.log10(np.clip(np.where(np.isposinf(xi), 1e4, xi), 0.1, 1e4))   # NaN (not derived) stays blank
     mesh = ax.pcolormesh(pd.sigma_b2, pd.sigma_w2, shown, shading="auto", cmap="viridis")
     fig.colorbar(mesh, ax=ax, label="$\\log_{10}$ NTK depth scale ($\\xi_1$ ordered, $\\xi^*$ chaotic)")
     _boundary(ax, pd, "#d62728")

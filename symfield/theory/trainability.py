@@ -134,5 +134,6 @@ def depth_scale_fields(K, sw: np.ndarray, qs: np.ndarray, cs: np.ndarray, slope:
         xi_1 = -1 / np.log(slope)
         xi_s = -1 / (np.log(chi_c) - np.log(slope))
     edge = (cs >= 1) & (np.abs(slope - 1) <= eoc_tol)
-    out = np.where(cs >= 1, xi_1, np.where(inner, xi_s, np.nan))   # q* = 0 or inf with c* < 1: not derived
+    # not derived (NaN): q* = 0 or inf with c* < 1, and c* = 1 with chi1 > 1 (chaotic deep prejudice)
+    out = np.where(cs >= 1, np.where(slope < 1, xi_1, np.nan), np.where(inner, xi_s, np.nan))
     return chi_c, np.where(edge, np.inf, out)

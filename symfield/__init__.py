@@ -43,6 +43,8 @@ from symfield.theory.maps import (
 )
 from symfield.theory.phase_diagram import PhaseDiagram, phase_diagram
 from symfield.theory.propagate import propagate
+from symfield.theory.ntk import NTK, ntk
+from symfield.theory.trainability import Trainability, trainability
 
 __all__ = [
     "__version__",
@@ -58,6 +60,8 @@ __all__ = [
     "PhaseDiagram", "phase_diagram",
     # recursions
     "propagate", "divergence", "finite_width", "igb",
+    # neural tangent kernel and trainability (docs/theory.md section 13)
+    "ntk", "NTK", "trainability", "Trainability",
     # finite width, two inputs
     "gram_fluctuations", "GramFluctuations", "width_gain", "WidthGain",
     # finite width by simulation

@@ -29,6 +29,7 @@ EXPECTED = {
     "05_jacobian_spectrum.ipynb": ["near-isometric: True", "2L - 1 at every depth: True", "theory vs simulation",
                                    "atom at 0 of mass 0.5"],
     "06_where_to_put_the_norm.ipynb": ["LN after", "BN before", "lambda_B at B = 4, 8, 32, 128, inf"],
+    "07_trainability.ipynb": ["edge-of-chaos", "erf: depth scale at", "relu+max2 finite depth scales", "limit 0.25000"],
 }
 
 

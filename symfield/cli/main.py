@@ -410,6 +410,41 @@ def cmd_divergence(args):
                   "use a smaller --depth")
 
 
+def cmd_ntk(args):
+    import numpy as np
+
+    from symfield.theory.ntk import ntk
+    out, plot = _files(args)
+    r = ntk(act_arg(args), args.sigma_w2, args.sigma_b2, args.depth, q0=args.q0, qab0=args.qab0,
+            residual=args.residual, parameterization=args.parameterization, dps=args.dps)
+    data = {"theta_aa": r.theta_aa, "theta_ab": r.theta_ab, "d_theta": r.d_theta, "gamma_theta": r.gamma_theta,
+            f"kappa_m{args.m}": r.kappa(args.m), f"lr_max_m{args.m}": r.lr_max(args.m), "q": r.q, "qab": r.qab,
+            "gamma": r.gamma, "share_aa": r.shares_aa, "share_ab": r.shares_ab}
+    if args.dps is None:
+        data = {k: np.asarray(v, dtype=float) for k, v in data.items()}
+    if plot is not None:
+        from symfield.io import plots
+        plots.ntk_depth(r, path=plot)
+    params = _params(args, status=r.status, exact=r.exact, how=r.how, precision=r.precision)
+    _emit(args, out, data, {"layer": np.asarray(r.layers)}, params, dps=args.dps,
+          summary={"layer": r.layers, **data, "plot": str(plot) if plot else None})
+    if r.status != "ok":
+        return _incomplete(args, r.status)
+    return 0
+
+
+def cmd_trainability(args):
+    import dataclasses
+
+    from symfield.theory.trainability import trainability
+    t = trainability(act_arg(args), args.sigma_w2, args.sigma_b2, eoc_tol=args.eoc_tol)
+    values = {k: (v if isinstance(v, str) or v is None else float(v)) for k, v in dataclasses.asdict(t).items()}
+    if not args.json:
+        values = {k: (repr(v) if isinstance(v, float) else v) for k, v in values.items()}
+    _print(args, values)
+    return 0
+
+
 # ---------------------------------------------------------------- commands: finite width
 def cmd_simulate(args):
     import numpy as np
@@ -673,7 +708,7 @@ COMMANDS = {"list": cmd_list, "kernel": cmd_kernel, "map": cmd_map, "qstar": cmd
             "batchnorm": cmd_batchnorm,
             "eoc-curve": cmd_line, "neutrality": cmd_line, "propagate": cmd_propagate, "phase": cmd_phase,
             "divergence": cmd_divergence, "simulate": cmd_simulate, "gram": cmd_gram, "jacobian": cmd_jacobian,
-            "gradients": cmd_gradients,
+            "gradients": cmd_gradients, "ntk": cmd_ntk, "trainability": cmd_trainability,
             "derive": cmd_derive, "verify": cmd_verify, "sweep": cmd_sweep, "bench": cmd_bench}
 
 

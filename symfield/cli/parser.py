@@ -133,6 +133,25 @@ def _divergence(p):
     p.add_argument("--plot", metavar="FILE", help="gamma on semi-log and log-log axes to FILE.png/.pdf/.svg")
 
 
+def _ntk(p):
+    _common(p)
+    _point(p)
+    p.add_argument("--depth", type=int, default=50, help="layers (default 50)")
+    p.add_argument("--q0", type=float, default=1.0, help="input variance (default 1)")
+    p.add_argument("--qab0", type=float, default=0.0, help="input covariance (default 0)")
+    p.add_argument("--residual", type=float, metavar="ALPHA", help="residual blocks z + ALPHA (W psi(z) + b)")
+    p.add_argument("--parameterization", choices=["ntk", "standard"], default="ntk", help="default ntk")
+    p.add_argument("--m", type=int, default=10, help="inputs for kappa and lr_max (default 10)")
+    _dps(p)
+    _files(p, plot="Theta and gamma_Theta per layer")
+
+
+def _trainability(p):
+    _common(p)
+    _point(p)
+    p.add_argument("--eoc-tol", type=float, default=1e-6, help="|chi1 - 1| counted as edge of chaos (default 1e-6)")
+
+
 # ---------------------------------------------------------------- finite width
 def _simulate(p):
     _common(p)
@@ -251,6 +270,12 @@ SUBCOMMANDS = (
      ["symfield divergence relu --sigma-w2 2.5 --sigma-b2 0.1", "symfield divergence relu --sigma-w2 1.5 --sigma-b2 0.1 --json",
       "symfield divergence relu --pool max --k 2 --sigma-w2 2 --sigma-b2 0 --depth 300 --plot div.png -o gamma.csv"],
      _divergence),
+    ("ntk", "neural tangent kernel per layer: Theta_aa, Theta_ab, gamma_Theta, kappa and lr_max on m inputs",
+     ["symfield ntk erf --sigma-w2 1.25 --sigma-b2 0.05 --depth 1000 --json",
+      "symfield ntk relu --sigma-w2 2 --sigma-b2 0 --depth 10 --q0 1 --qab0 0.5 -o ntk.csv --plot ntk.png"], _ntk),
+    ("trainability", "NTK depth scales: regime, chi1, chi_c*, Theta*, xi_1, xi*, edge-of-chaos limit",
+     ["symfield trainability erf --sigma-w2 1.5 --sigma-b2 0.05", "symfield trainability relu --sigma-w2 2 --sigma-b2 0 --json"],
+     _trainability),
     ("simulate", "finite-width networks: per-layer q, qab, c (5/50/95 percentiles), V, Vtilde, gamma, theory alongside",
      ["symfield simulate tanh --sigma-w2 2.5 --sigma-b2 0.1 --width 2000 --depth 60 -o sim.nc",
       "symfield simulate relu --sigma-w2 2 --sigma-b2 0 --n-networks 8 --plot depth.png --json",

@@ -535,3 +535,45 @@ def batchnorm_rates(acts=("relu", "tanh", "gelu", "linear"), batches=(4, 6, 8, 1
     ax.set_title(r"BatchNorm before $\phi$ (dashed: $B\to\infty$)", fontsize=9)
     ax.legend(fontsize=8)
     return _finish(fig, path, dpi, own)
+
+
+def ntk_depth(r, path=None, title=None, axes=None, dpi=None):
+    """An :func:`symfield.ntk` result: Theta_aa and Theta_ab per layer (left) and gamma_Theta with the NNGP
+    gamma (right, log scale). Saved to ``path`` when given; returns the figure."""
+    fig, (a1, a2), own = _own(axes, (10, 4.2), ncols=2)
+    layers = np.asarray(r.layers)
+    a1.plot(layers, np.asarray(r.theta_aa, dtype=float), "k-", label="$\\Theta_{aa}$")
+    a1.plot(layers, np.asarray(r.theta_ab, dtype=float), "-", color="#c44e52", label="$\\Theta_{ab}$")
+    a1.set_xlabel("layer $l$")
+    a1.set_ylabel("NTK")
+    a1.legend(fontsize=8)
+    with np.errstate(all="ignore"):
+        a2.semilogy(layers, np.asarray(r.gamma_theta, dtype=float), "k-", label="$\\gamma_\\Theta$")
+        a2.semilogy(layers, np.asarray(r.gamma, dtype=float), "--", color="#4c72b0", label="$\\gamma$ (NNGP)")
+    a2.set_xlabel("layer $l$")
+    a2.legend(fontsize=8)
+    p = r.params
+    fig.suptitle(title or _title(p.get("act"), p.get("sigma_w2"), p.get("sigma_b2")) + f": NTK ({r.precision})")
+    return _finish(fig, path, dpi, own)
+
+
+def trainability_diagram(pd, path=None, ax=None, title=None, act=None, dpi=None):
+    """Xiao-et-al.-style trainability figure of a ``phase_diagram(..., ntk=True)`` result: the NTK depth scale
+    (xi_1 in the ordered phase, xi* in the chaotic phase; the trainable depth is a multiple of it) as a colour
+    map over (sigma_b2, sigma_w2) on a log scale, with the edge of chaos (where it diverges); cells where it is not
+    derived (NaN) stay blank. Returns the figure."""
+    if pd.depth_scale is None:
+        raise ValueError("trainability_diagram needs phase_diagram(..., ntk=True)")
+    fig, ax, own = _own(ax, (6.4, 5))
+    xi = np.asarray(pd.depth_scale, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shown = np.log10(np.clip(np.where(np.isposinf(xi), 1e4, xi), 0.1, 1e4))   # NaN (not derived) stays blank
+    mesh = ax.pcolormesh(pd.sigma_b2, pd.sigma_w2, shown, shading="auto", cmap="viridis")
+    fig.colorbar(mesh, ax=ax, label="$\\log_{10}$ NTK depth scale ($\\xi_1$ ordered, $\\xi^*$ chaotic)")
+    _boundary(ax, pd, "#d62728")
+    ax.set_xlabel("$\\sigma_b^2$")
+    ax.set_ylabel("$\\sigma_w^2$")
+    ax.set_ylim(pd.sigma_w2.min(), pd.sigma_w2.max())
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(title or f"{getattr(act, 'name', act) or pd.act}: trainable depth scale", fontsize=10)
+    return _finish(fig, path, dpi, own)

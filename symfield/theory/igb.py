@@ -165,3 +165,58 @@ def gc_sample(gamma, n_classes, size, seed=None, order=64):
         lp = special.log_ndtr(x[:, None, None, None] + d)      # (q, s, c, c')
         out[i:i + step] = np.tensordot(w, np.exp(np.sum(lp, axis=-1, where=off)), axes=1)
     return out
+
+
+# ------------------------------------------------------------------------------------------- per-class gradients
+_GL_Z, _GL_WZ = np.polynomial.legendre.leggauss(160)
+_GH_E, _GH_WE = np.polynomial.hermite_e.hermegauss(120)
+
+
+def _loss_factors(s2, m2):
+    """E[sigmoid(-|M| + s eps)^2] (favoured) and E[sigmoid(|M| + s eps)^2] (unfavoured), M ~ N(0, m2),
+    eps ~ N(0, 1): |M| = sqrt(m2) z, z on [0, 12] by Gauss-Legendre (density 2 phi(z)), eps by Gauss-Hermite."""
+    z = 6 * (_GL_Z + 1)
+    wz = 6 * _GL_WZ * 2 * np.exp(-z * z / 2) / np.sqrt(2 * np.pi)
+    we = _GH_WE / np.sqrt(2 * np.pi)
+    arg = np.sqrt(m2) * z[:, None] + np.sqrt(s2) * _GH_E[None, :]
+    w = wz[:, None] * we[None, :]
+    return float(np.sum(w * special.expit(-arg) ** 2)), float(np.sum(w * special.expit(arg) ** 2))
+
+
+def class_gradients_theory(act, sigma_w2: float, sigma_b2: float, depth: int, dps: int | None = None,
+                           residual: float | None = None, q0: float = 1.0, qab0: float = 0.0) -> dict:
+    """Expected per-class squared gradient norms ||dl/dh^(l)||^2 (sum over the N nodes of layer l; the per-node
+    mean of :func:`symfield.class_gradients` times the width) of a two-class softmax readout at infinite width.
+
+    The logit difference of equicorrelated inputs is Delta_a = M + s eps_a with M ~ N(0, s^2 gamma) shared and
+    s^2 = 2 (q_aa - q_ab) at the readout (q^(depth+1)). The favoured class is the one most inputs go to (sign -M);
+    its samples get |dl/dDelta| = sigmoid(-|M| + s eps), the others sigmoid(|M| + s eps). Backward, with gradient
+    independence: ||dDelta/dh^(L)||^2 = 2 sigma_w2 E[phi'^2](q^(L)), times sigma_w2 E[phi'^2](q^(l)) per layer
+    (residual: times 1 + alpha^2 sigma_w2 E[phi'^2]). The loss factor and the backward norm are independent,
+    so favoured/unfavoured/all are the backward norm times F, U and (F + U)/2, and the ratio U/F is the same at
+    every layer. Single-node activations; ``dps`` is accepted for the maps (float64 results).
+
+    Returns a dict of per-layer arrays ``layers``, ``favoured``, ``unfavoured``, ``all``, ``ratio`` and the
+    scalars ``gamma``, ``s2``, ``F``, ``U``.
+    """
+    from symfield.numeric.maps import maps          # noqa: PLC0415  (theory-layer helpers, imported lazily)
+    from symfield.symbolic.kernel import kernel     # noqa: PLC0415
+    from symfield.theory.propagate import propagate  # noqa: PLC0415
+    K = kernel(act)
+    if K.act.pool is not None and K.act.k > 1:
+        validate.fail("class_gradients_theory", "act", "a single-node activation (no pool)", K.act.name)
+    depth = validate.integer("class_gradients_theory", "depth", depth, lo=1)
+    sw = float(validate.real("class_gradients_theory", "sigma_w2", sigma_w2, lo=0, lo_open=True))
+    P = propagate(act, sigma_w2, sigma_b2, depth + 1, q0=q0, qab0=qab0, residual=residual)
+    q, qab, d = P.q.reshape(-1), P.qab.reshape(-1), P.d.reshape(-1)
+    s2, m2 = 2 * (q[-1] - qab[-1]), 2 * qab[-1]
+    s2 = d[-1] if qab[-1] > 0.5 * q[-1] else s2       # s^2 = d at equal norms, exact as c -> 1
+    F, U = _loss_factors(s2, max(m2, 0.0))
+    chi = sw * np.asarray(maps(K).dpsi2(q[:depth]), dtype=float)
+    step = chi if residual is None else 1 + residual ** 2 * chi
+    back = np.empty(depth)
+    back[-1] = 2 * chi[-1]                           # ||dDelta/dh^(L)||^2 = 2 sigma_w2 E[phi'^2](q^(L))
+    for layer in range(depth - 2, -1, -1):
+        back[layer] = back[layer + 1] * step[layer]
+    return dict(layers=np.arange(1, depth + 1), favoured=back * F, unfavoured=back * U, all=back * (F + U) / 2,
+                ratio=np.full(depth, U / F), gamma=float(m2 / s2), s2=float(s2), F=F, U=U)

@@ -23,6 +23,7 @@ from symfield.theory.neutrality import neutrality_line
 from symfield.theory.phases import PHASES, phase_fields
 from symfield.theory.qstar import q_slope
 from symfield.theory.propagate import propagate
+from symfield.theory.trainability import depth_scale_fields
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,10 @@ class PhaseDiagram(ToXarray):
     gamma_depth: np.ndarray | None = field(default=None, repr=False)
     eoc_stable: np.ndarray | None = field(default=None, repr=False)
     norm: str | None = None
+    depth_scale: np.ndarray | None = field(default=None, repr=False)
+    chi_c_star: np.ndarray | None = field(default=None, repr=False)
+    kappa: np.ndarray | None = field(default=None, repr=False)
+    m: int | None = None
 
     @property
     def labels(self) -> np.ndarray:
@@ -67,7 +72,9 @@ class PhaseDiagram(ToXarray):
         data = {n: np.asarray(getattr(self, n)) for n in names}
         if self.depth is not None:
             data.update(c_depth=np.asarray(self.c_depth), gamma_depth=np.asarray(self.gamma_depth))
-        params = dict(act=self.act, eoc_tol=self.eoc_tol, depth=self.depth, norm=self.norm or "")
+        data.update({n: np.asarray(getattr(self, n)) for n in ("depth_scale", "chi_c_star", "kappa")
+                     if getattr(self, n) is not None})
+        params = dict(act=self.act, eoc_tol=self.eoc_tol, depth=self.depth, m=self.m, norm=self.norm or "")
         return dict(data=data, coords={"sigma_w2": self.sigma_w2, "sigma_b2": self.sigma_b2},
                     dims={"eoc": ("sigma_b2",), "neutrality": ("sigma_b2",)}, params=params,
                     phases=list(PHASES), var_attrs={"c_depth": {"long_name": f"correlation c at layer {self.depth}"},
@@ -102,7 +109,7 @@ def _normed_diagram(K, opts, W, B, sb_axis, depth, tol):
 
 def phase_diagram(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, depth: int | None = None,
                   eoc_tol: float = 1e-6, norm: str | None = None, norm_at: str = "before",
-                  batch: int | None = None) -> PhaseDiagram:
+                  batch: int | None = None, ntk: bool = False, m: int = 10) -> PhaseDiagram:
     """Classify every point of the grid sigma_w2 x sigma_b2 (1-D axes) into the five phases.
 
     Parameters
@@ -118,6 +125,12 @@ def phase_diagram(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLik
     norm, norm_at, batch : optional
         Normalisation (docs/theory.md section 12), as in :func:`phase`; the ``eoc`` line is then the
         LayerNorm ray or curve (NaN under BatchNorm) and ``neutrality`` is NaN.
+    ntk : bool
+        Also the NTK depth scale per cell (``depth_scale``: xi_1 ordered, xi* chaotic, inf on the edge; the
+        trainable depth is proportional to it, Xiao et al. 2020), ``chi_c_star`` and, with ``depth``, the NTK
+        condition number ``kappa`` = 1 + m gamma_Theta on m equicorrelated inputs at that layer.
+    m : int
+        Number of inputs for ``kappa`` (>= 2).
 
     Returns
     -------
@@ -138,6 +151,8 @@ def phase_diagram(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLik
     W, B = np.meshgrid(sw_axis, sb_axis, indexing="ij")
     shape = W.shape
     opts = nm.options("phase_diagram", norm, norm_at, batch)
+    if opts is not None and ntk:
+        check.fail("phase_diagram", "ntk", "False when norm is set (the NTK under normalisation is not derived)", ntk)
     if opts is not None:
         codes, qs, cs, gamma, slope, eoc, neut, c_d, g_d = _normed_diagram(K, opts, W, B, sb_axis, depth, tol)
         return PhaseDiagram(K.act.name, sw_axis, sb_axis, codes.reshape(shape), qs.reshape(shape),
@@ -161,6 +176,14 @@ def phase_diagram(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLik
     if depth is not None:
         r = propagate(K.act, W, B, depth, layers=[depth])
         c_d, g_d = r.c[0], r.gamma[0]
+    extra = {}
+    if ntk:
+        m = check.integer("phase_diagram", "m", m, lo=2)
+        chi_c, xi = depth_scale_fields(K, W.ravel(), qs, cs, slope, tol)
+        extra = dict(depth_scale=xi.reshape(shape), chi_c_star=chi_c.reshape(shape), m=m)
+        if depth is not None:
+            r = propagate(K.act, W, B, depth, layers=[depth], ntk=True)
+            extra["kappa"] = 1 + m * r.gamma_theta[0]
     return PhaseDiagram(K.act.name, sw_axis, sb_axis, codes.reshape(shape), qs.reshape(shape),
                         cs.reshape(shape), gamma.reshape(shape), slope.reshape(shape), eoc, neut,
-                        tol, depth, c_d, g_d, stable)
+                        tol, depth, c_d, g_d, stable, **extra)

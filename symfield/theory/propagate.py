@@ -29,6 +29,7 @@ from symfield.symbolic.activation import Activation
 from symfield.numeric.evaluate import GUARD_DIGITS, to_mpf
 from symfield.symbolic.kernel import kernel
 from symfield.theory import norm as nm
+from symfield.theory.ntk_core import Coefficients, terms_f64, theta_f64
 
 _F = "propagate"
 METHODS = ("auto", "table", "quadrature")
@@ -71,13 +72,16 @@ class Propagation(ToXarray):
     last_finite: np.ndarray | None = None
     sigma_w2: np.ndarray | None = field(default=None, repr=False)
     sigma_b2: np.ndarray | None = field(default=None, repr=False)
+    theta_aa: np.ndarray | None = field(default=None, repr=False)
+    theta_ab: np.ndarray | None = field(default=None, repr=False)
+    d_theta: np.ndarray | None = field(default=None, repr=False)
     STATUS: ClassVar[dict] = STATUS      # code -> meaning
     STATUS_NAMES: ClassVar[tuple] = ("ok", "overflow", "domain", "underflow")   # flag_meanings of status
 
     def dataset_parts(self) -> dict:
         """The arrays, coordinates, dims and parameters of :meth:`to_xarray` (for symfield.io.output.save)."""
         grid, coords, scalars = grid_coords(self.sigma_w2, self.sigma_b2)
-        names = ("q", "qab", "qbb", "d", "c", "one_minus_c", "gamma")
+        names = ("q", "qab", "qbb", "d", "c", "one_minus_c", "gamma", "theta_aa", "theta_ab", "d_theta", "gamma_theta")
         data = {n: np.asarray(getattr(self, n)) for n in names if getattr(self, n) is not None}
         data.update(status=np.asarray(self.status), last_finite=np.asarray(self.last_finite))
         dims = {n: ("layer",) + grid for n in names}
@@ -119,6 +123,14 @@ class Propagation(ToXarray):
         """Drift ratio gamma = q12/(q - q12) = 2 q12/d (docs/theory.md section 7); c/(1 - c) with unequal norms."""
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             return self.qab / self._gap
+
+    @property
+    def gamma_theta(self) -> np.ndarray | None:
+        """NTK drift ratio Theta_ab/(Theta_aa - Theta_ab) = 2 Theta_ab/d_Theta (``ntk=True`` only; section 13)."""
+        if self.theta_ab is None:
+            return None
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            return 2 * self.theta_ab / self.d_theta
 
     @property
     def n_failed(self) -> int:
@@ -197,7 +209,7 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
               qab0: float = 0.0, layers: ArrayLike | None = None, residual: float | None = None,
               qbb0: float | None = None, method: Literal["auto", "table", "quadrature"] = "auto",
               d0: float | None = None, norm: str | None = None, norm_at: str = "before",
-              batch: int | None = None, dps: int | None = None) -> Propagation:
+              batch: int | None = None, dps: int | None = None, ntk: bool = False) -> Propagation:
     """Propagate q and q12 of two inputs through ``depth`` layers on a broadcast grid.
 
     Parameters
@@ -227,6 +239,9 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
         normalised maps of docs/theory.md section 12, run layer by layer on the engine (method "numpy-norm").
     dps : int, optional
         mpmath numbers at N digits, layer by layer on the engine (object arrays; method "mpmath").
+    ntk : bool
+        Also the neural tangent kernel (NTK parameterisation; equal norms): ``.theta_aa``, ``.theta_ab``,
+        ``.d_theta`` and ``.gamma_theta`` per stored layer (docs/theory.md section 13; as :func:`symfield.ntk`).
 
     Returns
     -------
@@ -257,11 +272,20 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
             check.fail(_F, "d0", f"a squared distance 0 <= d0 <= 2 (q0 + qbb0) = {2 * (qa0 + qb0)!r}", d0)
         qab = (qa0 + qb0 - d0) / 2
     opts, dps = nm.options(_F, norm, norm_at, batch), check.dps(_F, dps)
+    if ntk and (opts is not None or dps is not None):
+        check.fail(_F, "ntk", "False with norm or dps (the NTK runs on the float64 grid, unnormalised; "
+                   "use sf.ntk(..., dps=N) for mpmath)", ntk)
     if opts is not None or dps is not None:
         return _layerwise(K, opts, swf, sbf, shape, qa0, qb0, qab, d0, depth, store, alpha, dps)
+    if ntk and general:
+        check.fail(_F, "qbb0", "None or equal to q0 with ntk=True (the NTK recursion takes equal norms)", qbb0)
+    run_store = np.arange(1, depth + 1, dtype=np.int64) if ntk else store
     out, status, last, how, error, info = maps(K, method=method).run_grid(
-        swf, sbf, qa0, qb0, qab, d0, depth, store, alpha2, alpha is not None, general)
+        swf, sbf, qa0, qb0, qab, d0, depth, run_store, alpha2, alpha is not None, general)
     rows = (store.size,) + tuple(shape)
+    thetas = _ntk_rows(K, out, swf, sbf, qa0, qab, d0, alpha, store) if ntk else (None, None, None)
+    if ntk:
+        out = tuple(v[store - 1] if np.size(v) else v for v in out)
     out_qa, out_qb, out_qab, out_d = out
     return Propagation(
         q=out_qa.reshape(rows), qab=out_qab.reshape(rows),
@@ -269,4 +293,15 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
         layers=store, status=status.reshape(shape), grid_shape=tuple(shape), method=how,
         params=dict(act=K.act.name, depth=depth, q0=qa0, qab0=qab, qbb0=qb0, d0=d0, residual=alpha, **info),
         error=error, d=out_d.reshape(rows), last_finite=last.reshape(shape),
-        sigma_w2=swf.reshape(shape), sigma_b2=sbf.reshape(shape))
+        sigma_w2=swf.reshape(shape), sigma_b2=sbf.reshape(shape),
+        **({} if not ntk else dict(zip(("theta_aa", "theta_ab", "d_theta"), (v.reshape(rows) for v in thetas)))))
+
+
+def _ntk_rows(K, out, sw, sb, qa0, qab0, d0, alpha, store):
+    """Theta_aa, Theta_ab, d_Theta at the stored layers from the NNGP rows of every layer (arrays (depth, P))."""
+    q, _, qab, d = (np.asarray(v, dtype=float) for v in out)
+    terms, _, _ = terms_f64(K, q.ravel(), qab.ravel(), d.ravel())
+    terms = [t.reshape(q.shape) for t in terms]
+    first = (sw * qa0 + sb, sw * qab0 + sb, sw * d0)
+    taa, tab, dth, _ = theta_f64(first, terms, Coefficients(sw, sw, sb, alpha))
+    return taa[store - 1], tab[store - 1], dth[store - 1]

@@ -1,0 +1,139 @@
+"""Trainability at initialisation from the NTK's approach to its fixed point (Xiao, Pennington, Schoenholz 2020).
+
+At the fixed point (q*, c*) the NTK recursion is affine in Theta (docs/theory.md section 13):
+
+    Theta_aa' = q* + chi1 Theta_aa,          chi1   = sigma_w2 Tdot(q*, q*, q*)      = sigma_w2 E[|grad psi|^2]
+    Theta_ab' = c* q* + chi_c* Theta_ab,     chi_c* = sigma_w2 Tdot(q*, q*, c* q*)
+
+ordered (chi1 < 1, c* = 1): Theta -> Theta* = q*/(1 - chi1) at the rate chi1^l, depth scale xi_1 = -1/log chi1;
+chaotic (chi1 > 1, c* < 1): Theta_aa grows as chi1^l, Theta_ab -> c* q*/(1 - chi_c*), and Theta_ab/Theta_aa -> 0 as
+(chi_c*/chi1)^l: xi* = -1/(log chi_c* - log chi1);
+edge of chaos (chi1 = 1, c* = 1): Theta_aa = l q* + O(1) and Theta_ab/Theta_aa tends to a universal limit:
+
+    smooth psi (E[psi''^2] > 0 at q*):  1 - c_l ~ 2/(b l), b = sigma_w2 q* E[psi''^2], and sigma_w2 Tdot_ab = 1 - 2/l:
+                                        Theta_ab ~ beta l with beta = q* - 2 beta, so the limit is 1/3;
+    relu family (alpha x + beta |x|):   theta_l ~ 3 pi/(2 r l) (r = beta^2/(alpha^2 + beta^2)), and
+                                        sigma_w2 Tdot_ab = 1 - 2 r theta/pi = 1 - 3/l: the limit is 1/4.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from symfield.core import validate as check
+from symfield.numeric.maps import maps
+from symfield.symbolic.activation import Activation
+from symfield.symbolic.kernel import kernel
+from symfield.theory.phases import phase
+
+_F = "trainability"
+
+
+@dataclass(frozen=True)
+class Trainability:
+    """Depth scales of the NTK at (sigma_w2, sigma_b2); see the module docstring.
+
+    ``regime`` ("ordered", "edge-of-chaos" or "chaotic"), ``phase`` (sf.phase's label), ``q_star``, ``c_star``,
+    ``chi1``, ``chi_c_star``, ``theta_star`` (Theta_aa's limit; inf where it grows), ``theta_ab_star``,
+    ``xi_1`` = -1/log chi1, ``xi_star`` = -1/(log chi_c* - log chi1), ``depth_scale`` (xi_1 ordered, xi* chaotic,
+    inf on the edge), ``eoc_ratio_limit`` (lim Theta_ab/Theta_aa on the edge of chaos: 1/3 smooth, 1/4 relu
+    family, None elsewhere or where not derived), ``note``."""
+    regime: str
+    phase: str
+    q_star: float
+    c_star: float
+    chi1: float
+    chi_c_star: float
+    theta_star: float
+    theta_ab_star: float
+    xi_1: float
+    xi_star: float
+    depth_scale: float
+    eoc_ratio_limit: float | None
+    note: str = ""
+
+
+def _xi(rate: float) -> float:
+    """-1/log(rate): the depth over which rate^l falls by e (inf at rate 1)."""
+    if rate <= 0:
+        return 0.0
+    lg = math.log(rate)
+    return math.inf if lg == 0 else -1 / lg
+
+
+def _eoc_limit(K, q_star: float) -> tuple[float | None, str]:
+    if K.degree_one and K.kinks and (K.act.pool is None or K.act.k == 1):
+        return 0.25, "relu family: sigma_w2 Tdot_ab = 1 - 3/l, limit 1/4"
+    if not K.kinks and (K.act.pool is None or K.act.k == 1) and 0 < q_star < math.inf:
+        return 1 / 3, "smooth psi: sigma_w2 Tdot_ab = 1 - 2/l, limit 1/3"
+    return None, "limit of Theta_ab/Theta_aa on the edge of chaos not derived for this psi (pool, or q* = 0 or inf)"
+
+
+def trainability(act: str | Activation, sigma_w2: float, sigma_b2: float, eoc_tol: float = 1e-6) -> Trainability:
+    """The NTK's fixed point and depth scales at one initialisation (Xiao et al. 2020).
+
+    Parameters
+    ----------
+    act : str or Activation
+        Built-in name, formula in x or :class:`Activation` (pools included).
+    sigma_w2 : float
+        Weight variance (> 0).
+    sigma_b2 : float
+        Bias variance (>= 0).
+    eoc_tol : float
+        Half-width of the edge-of-chaos band in chi1 (as :func:`symfield.phase`).
+
+    Returns
+    -------
+    Trainability
+        regime, chi1, chi_c*, Theta*, xi_1, xi*, the depth scale and, on the edge of chaos, lim Theta_ab/Theta_aa.
+
+    Examples
+    --------
+    >>> t = sf.trainability("relu", 2.0, 0.0)
+    >>> t.regime, t.eoc_ratio_limit
+    ('edge-of-chaos', 0.25)
+    """
+    K = kernel(act)
+    sw = float(check.real(_F, "sigma_w2", sigma_w2, lo=0, lo_open=True))
+    sb = float(check.real(_F, "sigma_b2", sigma_b2, lo=0))
+    ph = phase(act, sw, sb, eoc_tol=eoc_tol, full=True)
+    qs, cs, chi1 = ph.q_star, ph.c_star, ph.slope
+    if cs >= 1 and abs(chi1 - 1) <= eoc_tol:
+        regime = "edge-of-chaos"
+    else:
+        regime = "ordered" if chi1 < 1 else "chaotic"
+    if cs < 1 and 0 < qs < math.inf:
+        chi_c = float(sw * maps(K).dC(np.array([qs]), np.array([qs]), np.array([cs * qs]))[0])
+    else:
+        chi_c = chi1
+    finite_q = 0 < qs < math.inf
+    theta = qs / (1 - chi1) if chi1 < 1 and finite_q else math.inf
+    theta_ab = cs * qs / (1 - chi_c) if chi_c < 1 and finite_q else math.inf
+    xi_1 = _xi(chi1)
+    xi_star = math.inf if chi_c <= 0 or chi_c == chi1 else -1 / (math.log(chi_c) - math.log(chi1))
+    limit, note = (None, "")
+    if regime == "edge-of-chaos":
+        limit, note = _eoc_limit(K, qs)
+    depth = {"ordered": xi_1, "chaotic": xi_star}.get(regime, math.inf)
+    return Trainability(regime, ph.label, qs, cs, chi1, chi_c, theta, theta_ab, xi_1, xi_star, depth, limit,
+                        "; ".join(p for p in (note, ph.note if len(ph.note) < 300 else "") if p))
+
+
+def depth_scale_fields(K, sw: np.ndarray, qs: np.ndarray, cs: np.ndarray, slope: np.ndarray,
+                       eoc_tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """(chi_c*, depth scale) on arrays of fixed points (as :func:`trainability`, vectorised): xi_1 = -1/log chi1
+    where c* = 1 and chi1 < 1, xi* = -1/(log chi_c* - log chi1) where c* < 1, inf on the edge of chaos."""
+    chi_c = np.array(slope, dtype=float)
+    inner = (cs < 1) & (qs > 0) & np.isfinite(qs)
+    if inner.any():
+        chi_c[inner] = sw[inner] * maps(K).dC(qs[inner], qs[inner], cs[inner] * qs[inner])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        xi_1 = -1 / np.log(slope)
+        xi_s = -1 / (np.log(chi_c) - np.log(slope))
+    edge = (cs >= 1) & (np.abs(slope - 1) <= eoc_tol)
+    # not derived (NaN): q* = 0 or inf with c* < 1, and c* = 1 with chi1 > 1 (chaotic deep prejudice)
+    out = np.where(cs >= 1, np.where(slope < 1, xi_1, np.nan), np.where(inner, xi_s, np.nan))
+    return chi_c, np.where(edge, np.inf, out)

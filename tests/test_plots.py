@@ -79,7 +79,10 @@ def _small_results():
             "class_gradients": ((g,), {}, 1), "gram_bands": ((gram,), {"width": 50}, 3),
             "jacobian_spectrum": ((spec,), {}, 1), "jacobian_depth": (([1, 2, 3], [[1, 2, 3]], ["a"]), {}, 1),
             "isometry_map": ((iso,), {}, 1),
-            "batchnorm_rates": ((("relu", "linear"), (4, 8)), {"measured": {"relu": ([8], [1.79], [0.01])}}, 1)}
+            "batchnorm_rates": ((("relu", "linear"), (4, 8)), {"measured": {"relu": ([8], [1.79], [0.01])}}, 1),
+            "ntk_depth": ((sf.ntk("relu", 2.0, 0.0, 5, qab0=0.5),), {}, 2),
+            "trainability_diagram": ((sf.phase_diagram("erf", np.linspace(0.5, 4, 6), np.linspace(0.01, 0.2, 4),
+                                                       ntk=True),), {}, 1)}
 
 
 def test_each_plot_draws_on_given_axes_and_returns_the_figure(tmp_path):

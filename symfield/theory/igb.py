@@ -190,7 +190,7 @@ def class_gradients_theory(act, sigma_w2: float, sigma_b2: float, depth: int, dp
 
     The logit difference of equicorrelated inputs is Delta_a = M + s eps_a with M ~ N(0, s^2 gamma) shared and
     s^2 = 2 (q_aa - q_ab) at the readout (q^(depth+1)). The favoured class is the one most inputs go to (sign -M);
-    its samples get |dl/dDelta| = sigmoid(-|M| + s eps), the others sigmoid(|M| + s eps). Backward, with gradient
+    its samples get abs(dl/dDelta) = sigmoid(-abs(M) + s eps), the others sigmoid(abs(M) + s eps). Backward, with gradient
     independence: ||dDelta/dh^(L)||^2 = 2 sigma_w2 E[phi'^2](q^(L)), times sigma_w2 E[phi'^2](q^(l)) per layer
     (residual: times 1 + alpha^2 sigma_w2 E[phi'^2]). The loss factor and the backward norm are independent,
     so favoured/unfavoured/all are the backward norm times F, U and (F + U)/2, and the ratio U/F is the same at

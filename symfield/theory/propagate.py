@@ -205,6 +205,25 @@ def _layerwise(K, opts, swf, sbf, shape, qa0, qb0, qab, d0, depth, store, alpha,
         sigma_b2=sbf.reshape(shape))
 
 
+def _distance(d0, qa0, qb0, qab):
+    """(d0, qab): the inputs' squared distance, given (checked, and qab from it) or from the overlap."""
+    if d0 is None:
+        return max(qa0 + qb0 - 2.0 * qab, 0.0), qab
+    d0 = _scalar("d0", d0, lo=0)
+    if d0 > 2 * (qa0 + qb0):
+        check.fail(_F, "d0", f"a squared distance 0 <= d0 <= 2 (q0 + qbb0) = {2 * (qa0 + qb0)!r}", d0)
+    return d0, (qa0 + qb0 - d0) / 2
+
+
+def _ntk_allowed(ntk, opts, dps, general, qbb0):
+    """ntk=True runs on the float64 grid, unnormalised, with equal input norms: anything else is one error."""
+    if ntk and (opts is not None or dps is not None):
+        check.fail(_F, "ntk", "False with norm or dps (the NTK runs on the float64 grid, unnormalised; "
+                   "use sf.ntk(..., dps=N) for mpmath)", ntk)
+    if ntk and general:
+        check.fail(_F, "qbb0", "None or equal to q0 with ntk=True (the NTK recursion takes equal norms)", qbb0)
+
+
 def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, depth: int, q0: float = 1.0,
               qab0: float = 0.0, layers: ArrayLike | None = None, residual: float | None = None,
               qbb0: float | None = None, method: Literal["auto", "table", "quadrature"] = "auto",
@@ -264,21 +283,11 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
     swf = np.array(np.broadcast_to(sw, shape), dtype=np.float64, order="C").ravel()
     sbf = np.array(np.broadcast_to(sb, shape), dtype=np.float64, order="C").ravel()
     alpha2 = 0.0 if alpha is None else alpha * alpha
-    if d0 is None:
-        d0 = max(qa0 + qb0 - 2.0 * qab, 0.0)
-    else:
-        d0 = _scalar("d0", d0, lo=0)
-        if d0 > 2 * (qa0 + qb0):
-            check.fail(_F, "d0", f"a squared distance 0 <= d0 <= 2 (q0 + qbb0) = {2 * (qa0 + qb0)!r}", d0)
-        qab = (qa0 + qb0 - d0) / 2
+    d0, qab = _distance(d0, qa0, qb0, qab)
     opts, dps = nm.options(_F, norm, norm_at, batch), check.dps(_F, dps)
-    if ntk and (opts is not None or dps is not None):
-        check.fail(_F, "ntk", "False with norm or dps (the NTK runs on the float64 grid, unnormalised; "
-                   "use sf.ntk(..., dps=N) for mpmath)", ntk)
+    _ntk_allowed(ntk, opts, dps, general, qbb0)
     if opts is not None or dps is not None:
         return _layerwise(K, opts, swf, sbf, shape, qa0, qb0, qab, d0, depth, store, alpha, dps)
-    if ntk and general:
-        check.fail(_F, "qbb0", "None or equal to q0 with ntk=True (the NTK recursion takes equal norms)", qbb0)
     run_store = np.arange(1, depth + 1, dtype=np.int64) if ntk else store
     out, status, last, how, error, info = maps(K, method=method).run_grid(
         swf, sbf, qa0, qb0, qab, d0, depth, run_store, alpha2, alpha is not None, general)

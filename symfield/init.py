@@ -579,7 +579,7 @@ def family_z(m: int, alpha: float = FAMILY_ALPHA) -> float:
     z = Phi^{-1}(1 - alpha/(2m)); 1.96 for m = 1, 2.865 for m = 12, 3.19 for m = 72.
 
     One 2-sd band covers ~95 %, but 12 of them all cover one network only ~91 % of the time: over 1000
-    seeded torch relu networks (width 256, depth 4, 4 inputs; scripts/diagnose_coverage.py) the q bands
+    seeded torch relu networks (width 256, depth 4, 4 inputs; docs/scripts/diagnose_coverage.py) the q bands
     of :func:`diagnose` covered 95.4-97.5 %, the c and gamma bands 99.7-100 % (their sd is one pair's, an
     upper bound for the mean over pairs); all 12 at z = 2: 90.8 % of networks, at family_z(12): 99.5 %.
 

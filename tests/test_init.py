@@ -198,7 +198,7 @@ def test_record_torch_feeds_diagnose():
     assert not model[0]._forward_hooks            # hooks removed on exit
     # 12 bands: the default z is family-wise, Phi^-1(1 - 0.05/24), so a correct theory flags <= 5 % of networks
     # (at z = 2 seed 0's c at layer 3 is 2.85 sd off: all 12 2-sd bands hold for 90.8 % of 1000 seeded networks,
-    # scripts/diagnose_coverage.py); the wrong theory (sigma_w2 = 2.6) is still flagged
+    # docs/scripts/diagnose_coverage.py); the wrong theory (sigma_w2 = 2.6) is still flagged
     from scipy.stats import norm
     d = sf.init.diagnose(acts, "relu", 2.0, 0.0)
     assert d.z == pytest.approx(norm.ppf(1 - 0.05 / 24), rel=1e-12) and acts[0].dtype == np.float32

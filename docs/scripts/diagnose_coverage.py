@@ -5,7 +5,7 @@ initialised by sf.init.torch_(..., act), act between them, 4 inputs x ~ N(0, I).
 network and new inputs; each of the 12 statistics (q, c, gamma at 4 layers) is scored as
 z = (measured - band mean)/band sd. A correct 2-sd band covers ~95.4% of networks per statistic.
 
-usage: PYTHONPATH=. python3 scripts/diagnose_coverage.py [n_seeds] [width] [act] [sigma_b2] [depth] [sigma_w2]
+usage: PYTHONPATH=. python3 docs/scripts/diagnose_coverage.py [n_seeds] [width] [act] [sigma_b2] [depth] [sigma_w2]
 (sigma_w2 default: the edge of chaos, sf.init.gain(act, sigma_b2)^2; float64 networks when sigma_w2 is given)
 """
 import sys

@@ -1,7 +1,7 @@
 """Output variance of real torch and Flax layers initialised by sf.init in each mode (issue 33).
 
 Var(y)/E[x^2] per layer, mean +- standard error over seeded layers; the theory is gain^2 fan_in/n with n the
-mode's count (relu: gain^2 = 2). usage: PYTHONPATH=. python3 scripts/init_modes_variance.py
+mode's count (relu: gain^2 = 2). usage: PYTHONPATH=. python3 docs/scripts/init_modes_variance.py
 """
 import math
 

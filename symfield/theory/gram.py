@@ -306,11 +306,12 @@ def _fd(fn, K):
     return g, H, err
 
 
-def _fd_mp(expr, K_, dps, K):
-    """mpmath.diff with C evaluated at P = 2 dps + 10 digits and steps 10^(-P/4) (in units of q1, q2,
-    sqrt(q1 q2)): central differences of order <= 2 then keep about P/2 > dps digits."""
+def _fd_mp(expr, kern, dps, K):
+    """mpmath.diff with C of kernel ``kern`` (its engine at P digits) evaluated at P = 2 dps + 10 digits and
+    steps 10^(-P/4) (in units of q1, q2, sqrt(q1 q2)): central differences of order <= 2 then keep about
+    P/2 > dps digits."""
     P = 2 * dps + 10
-    M = maps(K_, P)
+    M = maps(kern, P)
     L = len(K)
     g = np.zeros((L, 3), dtype=object)
     H = np.zeros((L, 3, 3), dtype=object)

@@ -22,6 +22,7 @@ from numpy.typing import ArrayLike, NDArray
 from symfield.core import validate as check
 from symfield.core.errors import InvalidValue
 from symfield.numeric.maps import maps
+from symfield.numeric.remainder import Q_SPLIT, g_split, remainder
 from symfield.numeric.vroot import vroot
 from symfield.symbolic.activation import Activation
 from symfield.symbolic.kernel import kernel
@@ -86,7 +87,18 @@ def _scan_grid(lo, hi):
 
 
 def _g_float(F, sw, sb, q):
-    return sw * F.V(np.asarray(q, float)) + sb - q
+    """g(q) = sigma_w2 V(q) + sigma_b2 - q; from q >= Q_SPLIT, for linearly growing phi, in the split form of
+    symfield.numeric.remainder (no cancellation of sigma_w2 V(q) against q)."""
+    q = np.asarray(q, float)
+    sw, sb = np.broadcast_to(sw, q.shape), np.broadcast_to(sb, q.shape)
+    rem = remainder(F.K)
+    big = (q >= Q_SPLIT) & np.isfinite(q) if rem is not None else np.zeros(q.shape, bool)
+    g = np.empty(q.shape)
+    if (~big).any():
+        g[~big] = sw[~big] * F.V(q[~big]) + sb[~big] - q[~big]
+    if big.any():
+        g[big] = g_split(rem, sw[big], sb[big], q[big])
+    return g
 
 
 def q_star_brackets(K, sw, sb, q1):

@@ -1,0 +1,84 @@
+"""The variance map of a linearly growing phi at large q, without cancellation.
+
+If phi(x)/x -> b (x -> +inf) and a (x -> -inf), its q -> inf limit is phi_L(x) = a min(x, 0) + b max(x, 0)
+(symfield.symbolic.limits), whose variance map is exactly q V_L(1). So, exactly,
+
+    V(q) = q V_L(1) + R(q),   R(q) = E[phi(x)^2 - phi_L(x)^2] = int d(x) exp(-x^2/(2q)) dx / sqrt(2 pi q),
+
+with d = (phi - phi_L)(phi + phi_L). Where d decays (softplus, gelu, silu, elu, mish, x erf(x): exponentially
+or faster), R(q) ~ int d / sqrt(2 pi q) is a small number, and the q*-equation
+
+    g(q) = sigma_w2 V(q) + sigma_b2 - q = (sigma_w2 V_L(1) - 1) q + sigma_w2 R(q) + sigma_b2
+
+has its leading term cancel exactly at sigma_w2 = 1/V_L(1) (He for softplus). There g must come from R, not
+from sigma_w2 V(q) - q, whose rounding (~1e-14 q) swamps R(q) above q ~ 1e8 and plants false roots (softplus
+at (2, 0): q* = 1.7e10 instead of inf). R is a fixed Gauss-Legendre rule on [-X, X] (panels of width
+1/2, the kinks as breakpoints): d is evaluated once per kernel, each q costs one weighted sum. Used for
+q >= Q_SPLIT, where the density varies by less than exp(-X^2/(2 Q_SPLIT)) over the window.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import sympy as sp
+
+from symfield.core import caches
+from symfield.symbolic.formula import X as x
+
+X_WINDOW = 200.0     # d is integrated over [-X_WINDOW, X_WINDOW]
+PANEL = 0.5          # Gauss-Legendre panel width (12 nodes per panel)
+DECAY_RTOL = 1e-18   # d must be below this times int |d| on the outermost unit of the window
+Q_SPLIT = 1e4        # g(q) uses the split form from this q upwards
+_T, _W = np.polynomial.legendre.leggauss(12)
+_DONE: dict = caches.memo()
+
+
+class Remainder:
+    """R(q) = E[phi^2 - phi_L^2] on float64 arrays q >= Q_SPLIT, and V_L(1)."""
+
+    def __init__(self, nodes, weights, d, vl1):
+        self.x2, self.wd, self.VL1 = nodes * nodes, weights * d, vl1
+
+    def __call__(self, q):
+        q = np.asarray(q, float)
+        dens = np.exp(-self.x2[None, :] / (2 * q.reshape(-1, 1))) / np.sqrt(2 * math.pi * q.reshape(-1, 1))
+        return (dens @ self.wd).reshape(q.shape)
+
+
+def _rule(kinks):
+    cuts = np.union1d(np.arange(-X_WINDOW, X_WINDOW + PANEL / 2, PANEL),
+                      [k for k in kinks if abs(k) < X_WINDOW])
+    a, b = cuts[:-1], cuts[1:]
+    half, mid = (b - a) / 2, (b + a) / 2
+    return (mid[:, None] + half[:, None] * _T).ravel(), (half[:, None] * _W).ravel()
+
+
+def remainder(K) -> Remainder | None:
+    """The :class:`Remainder` of an unpooled kernel with a q -> inf limit kernel whose d decays within the
+    window; None otherwise (pools, bounded or homogeneous phi, slowly decaying phi - phi_L)."""
+    if K in _DONE:
+        return _DONE[K]
+    from symfield.numeric.evaluate import NUMPY_MODULES, vectorised
+    from symfield.numeric.maps import maps
+    from symfield.symbolic.limits import limit_kernel
+    out = None
+    LK = None if K.act.pool is not None else limit_kernel(K)
+    if LK is not None:
+        phi, phiL = K.act.expr, LK.act.expr
+        nodes, weights = _rule(tuple(float(k) for k in K.kinks) + (0.0,))
+        with np.errstate(all="ignore"):
+            diff = vectorised(sp.piecewise_fold(phi - phiL), NUMPY_MODULES)(nodes)
+            both = vectorised(phi + phiL, NUMPY_MODULES)(nodes)
+        d = diff * both
+        scale = float(np.sum(weights * np.abs(d)))
+        edge = np.abs(nodes) >= X_WINDOW - 1
+        if np.all(np.isfinite(d)) and scale > 0 and float(np.max(np.abs(d[edge]))) <= DECAY_RTOL * scale:
+            out = Remainder(nodes, weights, d, float(maps(LK).V(1.0)))
+    _DONE[K] = out
+    return out
+
+
+def g_split(rem: Remainder, sw, sb, q):
+    """g(q) = (sw V_L(1) - 1) q + sw R(q) + sb (module docstring), float64 arrays."""
+    return (sw * rem.VL1 - 1.0) * q + sw * rem(q) + sb

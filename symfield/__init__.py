@@ -72,7 +72,7 @@ __all__ = [
     "derive", "verify", "bench", "sweep", "SweepResult",
     # figures
     "plots",
-    # initialisers and diagnosis of recorded networks (symfield/init.py)
+    # initialisers and diagnosis of recorded networks (symfield/init/)
     "init",
     # the root of every exception symfield raises (symfield/core/errors.py)
     "SymfieldError",

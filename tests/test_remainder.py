@@ -3,7 +3,6 @@ defining integral, and the fixed points it decides where sigma_w2 V_L(1) = 1 (He
 import math
 
 import mpmath
-import numpy as np
 import pytest
 
 import symfield as sf

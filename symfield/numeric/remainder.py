@@ -24,7 +24,6 @@ import numpy as np
 import sympy as sp
 
 from symfield.core import caches
-from symfield.symbolic.formula import X as x
 
 X_WINDOW = 200.0     # d is integrated over [-X_WINDOW, X_WINDOW]
 PANEL = 0.5          # Gauss-Legendre panel width (12 nodes per panel)

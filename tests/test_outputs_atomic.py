@@ -112,7 +112,7 @@ def test_any_exception_is_one_line_traceback_only_with_debug(capsys, monkeypatch
 
     def broken(args):
         raise exc
-    monkeypatch.setitem(cli_main.COMMANDS, "list", broken)
+    monkeypatch.setattr(cli_main, "command", lambda name: broken)
     code, out, err = _cli(capsys, "list")
     assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("symfield: error: ")
     assert len(err.strip()) > len("symfield: error:") and "Traceback" not in err

@@ -119,6 +119,7 @@ _GL_T, _GL_W = np.polynomial.legendre.leggauss(6)
 _GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(16)
 
 
+# paired with _series_mp: float64 takes D from psi' alone, mpmath sums the series with guard digits (docs/numerics.md section 7)
 def _meanvalue_f64(K, v, dv):
     """D at small d in float64 from psi' alone (no cancellation): with delta = sqrt(d) w,
     psi(m + delta/2) - psi(m - delta/2) = delta int_{-1/2}^{1/2} psi'(m + t delta) dt, so

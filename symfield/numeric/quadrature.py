@@ -148,6 +148,7 @@ def _ev(f, x):
     return np.broadcast_to(y, (x.size,)).reshape(x.shape) if y.ndim == 0 else y.reshape(x.shape)
 
 
+# paired with _rule_mp: float64 integrates whole rows in padded arrays, mpmath panel by panel (docs/numerics.md section 7)
 def _rule_f64(mean, s, pts):
     """Nodes z and weights (density included) of N(0, 1) on the panels, and the panel half-widths hw."""
     z = np.asarray(_zbreaks(mean, s, F64, pts, 1e-12))
@@ -490,6 +491,7 @@ def _max2_inner_breaks(z, u, c, r, cp, sc, s2, kinks, argmax_only):
     return np.sort(np.clip(np.concatenate(cols, axis=1), lo[:, None], hi[:, None]), axis=1)
 
 
+# paired with _max2_mp: float64 calls a vectorised BVN CDF per node, mpmath runs F along rows in fixed point (docs/numerics.md section 7)
 def _max2_rows_f64(g, z, u, zb, c, r, cp, sc, k, argmax_only):
     """G(s) = int [k F^(k-1) n(z) + k(k-1) F^(k-2) r n(t) N(z) N(r s - c z)] g(c' u + s_c z) dz per outer
     node s = z (F = F(s, t; c), t = c s + r z), 8-point Gauss-Legendre on the panels zb (rows in chunks)."""

@@ -428,6 +428,7 @@ def _far_F(ev, kr):
     return near.rotate(np.array([ev.F(near.unrotate(kr[None])[0])], dtype=kr.dtype))[0]
 
 
+# paired with _step_mp: float64 picks the near rule per row on arrays, mpmath raises the digits per row (docs/numerics.md section 7)
 def _step_f64(ev, rule, kr):
     """F~ at one rotated row, float64: identical inputs, the near rule, or the (aa, bb, ab) maps."""
     if kr[1] == 0 and kr[2] == 0:

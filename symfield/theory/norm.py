@@ -278,6 +278,7 @@ def _breaks(K, rad, thetas):
     return sorted(set(out))
 
 
+# paired with _sphere_mp: Gauss-Jacobi in float64, a polynomial weight in v for any dps (docs/numerics.md section 7)
 def _sphere_f64(K, B):
     """float64: rho^2 = T ~ Beta(1, (B-3)/2) by Gauss-Jacobi (B >= 4; B = 3: T = 1), theta uniform by the
     periodic trapezoid rule (doubled until two rules agree to 1e-14; smooth phi) or Gauss-Legendre panels

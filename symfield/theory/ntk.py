@@ -194,6 +194,7 @@ def ntk(act: str | Activation, sigma_w2: float, sigma_b2: float, depth: int, q0:
 
 
 # ------------------------------------------------------------------------------------------- the NNGP kernel
+# paired with _nngp_mp: float64 reads propagate's compiled recursion, mpmath steps the maps (docs/numerics.md section 7)
 def _nngp_f64(act, sw, sb, depth, q0, qab0, alpha):
     """q, q_ab, d per layer from :func:`propagate` (its compiled recursion, d by the distance map)."""
     P = propagate(act, sw, sb, depth, q0=q0, qab0=qab0, residual=alpha)

@@ -42,6 +42,7 @@ class Coefficients:
         return 0 if self.alpha is None else 1
 
 
+# paired with theta_mp: float64 runs on (depth, points) arrays, mpmath on lists with guard digits (docs/numerics.md section 7)
 def theta_f64(first, terms, c):
     """Theta_aa, Theta_ab, d_Theta (arrays (depth, *points), row 0 = layer 1) and the layer shares at the last
     layer, from float64 ``terms`` (each (depth, *points)) and ``first`` = layer 1's (aa, ab, d)."""

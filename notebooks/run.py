@@ -15,7 +15,7 @@ metadata
 
 :func:`staleness` compares that record with the notebook as it is now: a code cell edited (or added,
 removed, reordered) after the run changes the hash; a new package version changes the version. Either
-means the committed outputs no longer show what the code does. ``tests/test_notebooks.py`` runs it on
+means the committed outputs no longer show what the code does. ``tests/package/test_notebooks.py`` runs it on
 every committed notebook.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ This module is the public face of the package: it re-exports exactly the documen
 ``symbolic`` (formulas, activations, Gaussian expectations, kernels, pools), ``numeric``
 (evaluation, quadrature, tables, generated code), ``theory`` (maps, fixed points, phases,
 recursions, finite width, IGB), ``simulate``, ``reports``/``io``, ``sweep`` and ``cli`` --
-stay importable, and each imports only from the layers before it (tests/test_layers.py).
+stay importable, and each imports only from the layers before it (tests/package/test_layers.py).
 The theory is written up in docs/theory.md.
 """
 from symfield.core.errors import SymfieldError

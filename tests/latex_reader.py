@@ -1,4 +1,4 @@
-"""A strict reader of the generated documents' LaTeX (tests/test_derive.py): tagged displays back to SymPy.
+"""A strict reader of the generated documents' LaTeX (tests/reports/test_derive.py): tagged displays back to SymPy.
 
 A small recursive-descent parser for the LaTeX subset the documents use, independent of SymPy's
 printer; anything else raises ValueError.  Gaussian integrals written with the measure Dz,

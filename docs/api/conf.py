@@ -1,6 +1,6 @@
 """Sphinx configuration of the symfield API reference (offline: autodoc + napoleon, built-in theme).
 
-Build: ``python -m sphinx -W --keep-going -b html docs/api <outdir>`` (tests/test_api_docs.py).
+Build: ``python -m sphinx -W --keep-going -b html docs/api <outdir>`` (tests/package/test_api_docs.py).
 """
 import pathlib
 import sys

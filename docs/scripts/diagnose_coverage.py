@@ -1,6 +1,6 @@
 """Coverage of sf.init.diagnose's finite-width bands over seeded torch networks (issue 33).
 
-The network is the one of tests/test_init.py::test_record_torch_feeds_diagnose: 4 torch Linear layers,
+The network is the one of tests/init/test_init.py::test_record_torch_feeds_diagnose: 4 torch Linear layers,
 initialised by sf.init.torch_(..., act), act between them, 4 inputs x ~ N(0, I). For each seed a new
 network and new inputs; each of the 12 statistics (q, c, gamma at 4 layers) is scored as
 z = (measured - band mean)/band sd. A correct 2-sd band covers ~95.4% of networks per statistic.

@@ -18,7 +18,7 @@ Every level is also split at its mean +- TAIL standard deviations, and activatio
 smoothly get pieces of length ``panels`` on each side of their bends (tanh has poles at +-i pi/2).
 Within a piece the integrand is analytic and the rule converges geometrically: with PRUNE = 1e-20              # nodes lighter than this are dropped
 ORDER = 8 the
-relative error is ~1e-6 for relu and tanh (tests/test_gram.py measures it against a finer rule
+relative error is ~1e-6 for relu and tanh (tests/theory/test_gram.py measures it against a finer rule
 and independent oracles). :func:`pair_nodes` returns nodes and weights that any such product can be
 summed against; :func:`pair_moments` the covariances the residual Gram theory needs.
 """

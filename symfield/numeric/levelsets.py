@@ -24,7 +24,7 @@ term on (u_1, v_2), which are independent and leave v_1 | u_1 and u_2 | v_2 inde
 H(a, b) = sum over the boundaries b_j of A(b) of +-G(b_j), G(b) = P(u' in A(a), v' <= b) tabulated per
 outer row as a piecewise Chebyshev antiderivative of its smooth density (RowCDF, 1e-15 against
 Owen's-T bivariate normal CDFs); P1, P2 are sums of normal CDFs.  For monotone non-decreasing phi, A(y) = (-inf, phi^-1(y)]
-and these are exactly the order-statistic formulas of docs/theory.md section 4 (h_k); tests/test_pool_levelsets.py
+and these are exactly the order-statistic formulas of docs/theory.md section 4 (h_k); tests/numeric/test_pool_levelsets.py
 checks that on relu and tanh.
 
 Level sets.  Turning points of phi (sign changes of phi', kinks included) are found on a scan
@@ -53,7 +53,7 @@ boundaries cross (q1 != q2).  These u are found by a scan (step SCAN_Z) and bise
 the outer rule is adaptive Gauss-Kronrod (7, 15) (|K15 - G7| <= OUTER_TOL = 1e-12 of sum |K15| per panel,
 tanh-sinh panels at singular points kept); before, the outer rule did not converge there (x^2 - x, k = 2,
 (0.3, 3, 0.999999): 1.3e-9 of the scale off, 8/16/24 points 7.0437458375 / ...508 / ...428).
-Measured (tests/test_pool_levelsets.py and the runs in the issue report): against the exact reduction of
+Measured (tests/numeric/test_pool_levelsets.py and the runs in the issue report): against the exact reduction of
 x^2 - x at k = 2 to 1-D integrals (rotation of each input pair) at c in {0.5, 0.9, 0.99, 0.994, 0.995, 0.998,
 1 - 1e-4, 1 - 1e-6, 1 - 1e-8, -0.994, -0.999999}, q1/q2 in {1, 0.1, 10, 0.37}: C <= 1.1e-14, dC <= 5.3e-14 of
 the natural scale (C at |c| = 1: 2.3e-14).  Against a rule of doubled resolution (16-point GL, half-step

@@ -16,7 +16,7 @@ around t = 0 (mapped to z resp. w per row) down to 1/(4 sqrt(qmax)) in t and min
 in s (E[g | s] turns on that scale), so phi(sqrt(q) x) with poles at distance >= pi/(2 sqrt(q)) from
 the real axis (tanh; sigmoid, softplus, erf are milder) and kinks at x = 0 (relu) are resolved;
 10-point Gauss-Legendre per panel; F by Owen's T (quadrature.bvn_cdf). c = 1: the law of M_k on
-the diagonal; c = -1: (max, -min) of k normals. Measured error: tests/test_pool_monotone.py.
+the diagonal; c = -1: (max, -min) of k normals. Measured error: tests/numeric/test_pool_monotone.py.
 """
 from __future__ import annotations
 

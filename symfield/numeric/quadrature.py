@@ -23,7 +23,7 @@ P = |c_8| + |c_9| (coefficients decaying like rho^-m: rho^-18, while the 12-poin
 has T/P ~ 1 and gets T itself).  2-D: sum_outer w |f| err_inner
 + the outer estimate of f G.  The value is returned only if the estimate is <= F64_RTOL = 1e-10 times
 S = E|f| (E|f g| in 2-D, the same rule) and finite, else QuadratureError (an ArithmeticError)
-naming the integrand.  Measured in tests/test_quadrature.py (q in [1e-3, 1e3], c in {-1, -0.999999,
+naming the integrand.  Measured in tests/numeric/test_quadrature.py (q in [1e-3, 1e3], c in {-1, -0.999999,
 -0.5, 0, 0.3, 0.99, 0.999999, 1}), worst relative errors: 4.4e-15 vs exact 1-D values (x^2, x^4,
 cos, exp; worst: cos at q = 10, value 7e-3), 4.9e-16 vs exact 2-D values (u^2 v^2, cos cos, erf erf,
 relu relu with kink 0, also at c = -0.999999 where it is 1.5e-10 sqrt(q1 q2)), 4.1e-16 for tanh^2,
@@ -442,7 +442,7 @@ def max_expect2(f, g, q1, q2, q12, k, *, kinks=(), argmax_only=False, dps=None):
     10-point Gauss-Legendre per panel; F by Owen's T (bvn_cdf).  Measured (tanh, k = 2 and 8, c in
     {0.5, 0.99, +-0.999999}): <= 4e-14 absolute vs 12 and 16 points, where 8 points were off by up to
     9e-11 in the argmax term near c = 1 (its F^(k-1) steepens there); 1e-12 vs the exact linear max2
-    map (tests/test_pool_monotone.py).  c = 0: product of
+    map (tests/numeric/test_pool_monotone.py).  c = 0: product of
     1-D maps; c = 1: the 1-D law; c = -1: the (min, max) law."""
     if dps is not None:
         return _max_expect2_mp(f, g, q1, q2, q12, k, kinks, argmax_only, dps)

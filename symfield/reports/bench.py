@@ -14,7 +14,7 @@ Times are per cell-layer (one grid point advanced one layer). Accuracy: at ``n_c
 (cell, layer >= 2) points, the mpmath maps (symfield's ``dps=`` quadrature of the defining integral,
 sf.q_map / sf.qab_map) are evaluated on symfield's OWN inputs of that layer (layer l-1's q, q12), so
 each check measures the error of one step; errors accumulated over layers are measured by the
-mpmath layer recursions in tests/test_tables.py and, over all layers, by comparing ``n_traj`` whole
+mpmath layer recursions in tests/numeric/test_tables.py and, over all layers, by comparing ``n_traj`` whole
 trajectories with propagate's quadrature path (maps by symfield.numeric, no table).
 """
 from __future__ import annotations

@@ -35,8 +35,8 @@ MP_CHECKS = 2           # random mpmath spot checks per build call (when a dps p
 MP_QMAX = 2.0           # ... at q <= MP_QMAX (mpmath's 2-D quadrature costs ~2 s at q = 1, ~1 min at q = 8)
 MP_DPS = 15
 QUAD_FLOOR = 1e-12      # error of symfield.quadrature's 2-D rules (max_expect2: measured ~4e-13 against an
-#                         independent argmax decomposition, tests/test_tables.py), added to C's bound
-RULE_FLOOR = 1e-13      # error of symfield.maxrule's rule (measured <= 1e-14, tests/test_pool_monotone.py), added to C's bound
+#                         independent argmax decomposition, tests/numeric/test_tables.py), added to C's bound
+RULE_FLOOR = 1e-13      # error of symfield.maxrule's rule (measured <= 1e-14, tests/numeric/test_pool_monotone.py), added to C's bound
 SLOW = "symfield.numeric quadrature"
 D_DIFF = "difference of C (loses digits as c -> 1)"   # info["D"] when no cancellation-free rule exists
 D_POLAR = "polar rule: sum_m P_m (sin(m theta/2)/sin(theta/2))^2"

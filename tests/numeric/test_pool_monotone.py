@@ -8,9 +8,9 @@ v1 > 0, u1 > u2, v1 > v2) is a 4-D orthant probability whose c-derivative is ele
 C = E[relu M_2]^2 sqrt(q1 q2) + int_0^q12 dC are 1-D mpmath.quad integrals; (c) exact values at
 c = -1, 0, 1; (d) seeded Monte Carlo of the 2k-dimensional definition (k = 3, 8); (e) mpmath quadrature
 of the 1-D density of M_k, and of the h_k density at dps 20 (written here, slow); (f) the
-argmax-decomposition tensor oracle of tests/test_tables.py (another formula and other coordinates);
+argmax-decomposition tensor oracle of tests/numeric/test_tables.py (another formula and other coordinates);
 (g) the float64 evaluator, a second precision, and the q12-derivative of C (Price) at dps 30.
-Symbolic kernels and identities: tests/test_pool_kernels.py.
+Symbolic kernels and identities: tests/numeric/test_pool_kernels.py.
 """
 import math
 

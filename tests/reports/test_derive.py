@@ -25,7 +25,7 @@ from symfield.reports.derive import derive
 from conftest import TOL
 from latex_reader import displays, numeric, read, resolve, sym
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "derivations"
 SPECS = {  # file stem -> (activation, pool)
     "relu": ("relu", None), "leaky_relu": ("leaky_relu", None), "abs": ("abs", None),

@@ -7,7 +7,7 @@ the result is checked against an independent oracle (exact values of the relu ma
 of the defining integrals). An unwritable cache location falls back to a temporary directory.
 The key that seals cached files (core.files.seal) lives in a directory of this module's own
 (SYMFIELD_KEY_DIR); attacks that re-seal a file with it model a bug in our own writer (the structure
-checks must still catch it), forgeries without it are in tests/test_cache_trust.py.
+checks must still catch it), forgeries without it are in tests/numeric/test_cache_trust.py.
 """
 import hashlib
 import os
@@ -27,7 +27,7 @@ from symfield.numeric import codegen, table1d, tables
 from symfield.symbolic.distance import distance
 from symfield.symbolic.kernel import kernel
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -13,7 +13,7 @@ import pytest
 
 import symfield as sf
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 FUNCTIONS = {n: getattr(sf, n) for n in sf.__all__ if inspect.isfunction(getattr(sf, n))}
 CLASSES = {n: getattr(sf, n) for n in sf.__all__ if inspect.isclass(getattr(sf, n))}
 

@@ -58,7 +58,7 @@ def test_eoc_erf_closed_form_relation():
 
 def test_eoc_relu_is_the_vertical_line_two():
     """Positively homogeneous: chi1 = sigma_w2/2 at every q, so the EOC is sigma_w2 = 2 at every
-    sigma_b2, with q* = inf for sigma_b2 > 0 (tests/test_eoc_homogeneous.py covers the family)."""
+    sigma_b2, with q* = inf for sigma_b2 > 0 (tests/theory/test_eoc_homogeneous.py covers the family)."""
     e = sf.eoc("relu", 0.1)
     assert (e.sigma_w2, e.q_star) == (2.0, math.inf) and "vertical line" in e.note
 

@@ -3,8 +3,8 @@ literature constants, argument checks, and every map against Monte Carlo of the 
 
 Oracles, none of which calls symfield: (a) exact identities and literature constants, (b) seeded Monte
 Carlo of the full 2k-dimensional definition, (c) mpmath quadrature of the order-statistic density of M_2.
-The order-statistic quadrature of a monotone phi (float64, tables, dps=N): tests/test_pool_monotone.py;
-non-monotone phi (level sets): tests/test_pool_levelsets.py.
+The order-statistic quadrature of a monotone phi (float64, tables, dps=N): tests/numeric/test_pool_monotone.py;
+non-monotone phi (level sets): tests/numeric/test_pool_levelsets.py.
 """
 import math
 

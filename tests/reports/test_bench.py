@@ -13,7 +13,7 @@ import pytest
 
 from symfield.reports.bench import bench
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bench_tanh_small():

@@ -30,7 +30,7 @@ from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
 
 from conftest import TOL
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 SW = np.array([0.5, 1.0, 2.0, 3.0])
 SB = np.array([0.0, 0.05, 0.3])

@@ -4,7 +4,7 @@ import re
 
 from symfield.core.version import __version__
 
-CFF = pathlib.Path(__file__).resolve().parents[1] / "CITATION.cff"
+CFF = pathlib.Path(__file__).resolve().parents[2] / "CITATION.cff"
 
 
 def _parse(text):

@@ -18,7 +18,7 @@ from symfield.reports.verify import MC_SIGMAS, REL_TOL, verify
 
 from oracles import REGISTRY, _acos_relu
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import pytest
 from symfield.cli.main import main
 from symfield.reports import bench_cold as bc
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def tiny(**extra):

@@ -13,7 +13,7 @@ import nbclient
 
 import symfield
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 CELL_TIMEOUT = 300
 
 _spec = importlib.util.spec_from_file_location("notebooks_run", NOTEBOOKS / "run.py")

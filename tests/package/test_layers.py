@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1] / "symfield"
+ROOT = pathlib.Path(__file__).resolve().parents[2] / "symfield"
 
 # lowest first; a module may import only from its own layer or the ones before it
 LAYERS = ["core", "symbolic", "numeric", "theory", "simulate", "init", "reports", "io", "sweep", "cli", "facade"]
@@ -238,3 +238,11 @@ def test_propagate_is_one_descent_through_the_maps_engine(spec, tmp_path):
     assert "symfield.numeric.maps" in walk
     below = [m.rstrip("*") for m in walk if m.endswith("*")]
     assert below and not [m for m in below if _layer(m) in ("theory", "reports", "io", "cli", "sweep")], walk
+
+
+def test_tests_mirror_the_layers():
+    """Every test module lives in tests/<layer>/ (a package layer, or package/ for whole-package checks)."""
+    tests = ROOT.parent / "tests"
+    folders = {p.parent.name for p in tests.rglob("test_*.py")}
+    loose = sorted(p.name for p in tests.glob("test_*.py"))
+    assert not loose and folders <= (set(LAYERS) - {"facade"}) | {"package"}, (loose, folders)

@@ -30,7 +30,7 @@ from symfield.symbolic.gaussian import q as Q
 
 from conftest import TOL
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def erf_C_exact(q, c):

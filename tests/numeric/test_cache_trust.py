@@ -5,7 +5,7 @@ proves it did not run), whatever the attacker does to the files and to their rec
 user's key. Tables signed with this user's key are bound to their file name. The key itself is private,
 and a process without a usable one neither trusts nor disturbs the user's cache. Every test has its own
 cache and key (SYMFIELD_CACHE, SYMFIELD_KEY_DIR under tmp_path); victims run in new processes; results
-are checked against exact relu values or mpmath quadrature (tests/test_cache_hostile.py).
+are checked against exact relu values or mpmath quadrature (tests/numeric/test_cache_hostile.py).
 """
 import hashlib
 import json

@@ -38,7 +38,7 @@ from symfield.numeric.evaluate import GUARD_DIGITS, NUMPY_MODULES, to_mpf, vecto
 from symfield.numeric.maps import maps
 from symfield.numeric.layer_pairs import pair_moments
 from symfield.symbolic import gaussian as G
-from symfield.symbolic.activation import Activation, activation, kinks
+from symfield.symbolic.activation import Activation, activation
 from symfield.symbolic.formula import X
 from symfield.symbolic.gram_moments import VARS, GramMoments, gram_moments
 from symfield.symbolic.kernel import kernel
@@ -206,8 +206,9 @@ class _Eval:
     """Evaluates the ingredients at Gram points K (rows (aa, bb, ab)), float64 or mpmath at ``dps``."""
 
     def __init__(self, act: Activation, dps):
-        self.gm, self.co, self.kk, self.dps = gram_moments(act), coefficients(act), kinks(act.expr), dps
+        self.gm, self.co, self.dps = gram_moments(act), coefficients(act), dps
         self.act, self.M = act, maps(kernel(act), dps)     # every number comes from the maps engine
+        self.kk = self.M.K.kinks                           # the kernel's own kinks (phi's, pools included)
         self.tick = lambda: None     # progress: called after every evaluation
 
     def numeric_phi(self):

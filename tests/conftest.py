@@ -24,7 +24,7 @@ TOL = {
     "rounding": 1e-14,          # exact up to rounding: a closed form vs an exact constant, one Gauss rule vs
     #                             an exact value or its doubled resolution (README: quadrature ~1e-14)
     "identity": 1e-13,          # two float64 paths equal in exact arithmetic (c = 0, 1 limits, sigma_w2/k
-    #                             scaling, |c| = 1); 1-D level-set maps vs dps=N (numeric/levelsets.py)
+    #                             scaling, |c| = 1); 1-D level-set maps vs dps=N (numeric/pool/levelsets.py)
     "rule_float64": 1e-12,      # 2-D rules (h_k max_expect2, level sets at k <= 3, |c| <= 0.99) vs exact values
     #                             and each other, 1-D level-set maps vs exact (numeric/quadrature.py, levelsets.py)
     "table_float64": 1e-12,     # README: certified Chebyshev tables (numeric/tables.py), 1e-12 in scale

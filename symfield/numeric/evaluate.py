@@ -2,7 +2,7 @@
 
 Closed forms are evaluated from their SymPy expressions (lambdify). Each unevaluated
 GaussianIntegral left in an expression is replaced by a call to the error-controlled Gaussian
-quadrature (:mod:`symfield.numeric.quadrature`, pools: :mod:`symfield.numeric.pool_rules`)
+quadrature (:mod:`symfield.numeric.quadrature`, pools: :mod:`symfield.numeric.pool.rules`)
 of the Integrand it carries.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import sympy as sp
 
 from symfield.core import timelimit
-from symfield.numeric import pool_rules
+from symfield.numeric.pool import rules as pool_rules
 from symfield.numeric import quadrature as Q
 from symfield.symbolic import gaussian as G
 from symfield.symbolic.distance import sin_minus_tcos_mp

@@ -1,5 +1,5 @@
 """Max-pool of a non-monotone phi: generalised order statistics on the level sets of phi
-(symfield/numeric/levelsets.py), in float64 and with dps=N.
+(symfield/numeric/pool/levelsets.py), in float64 and with dps=N.
 
 Oracles: exact identities (abs, x**2: max_j phi(u_j) = phi(max_j |u_j|), the density of max_j |z_j| is
 2k n(m) (2N(m) - 1)^(k-1) on m > 0; even phi: C(q1, q2, -q12) = C(q1, q2, q12); phi(x) = -tanh(x):
@@ -21,7 +21,7 @@ import sympy as sp
 from scipy import special as sps
 
 import symfield as sf
-from symfield.numeric import levelsets as LS
+from symfield.numeric.pool import levelsets as LS
 from symfield.numeric import quadrature as Q
 from conftest import TOL, tol_dps
 from test_pool_kernels import PHI, POINTS
@@ -80,7 +80,7 @@ def test_dps_on_the_covariance_integral_is_refused_clearly():
 def test_refusals_non_monotone():
     """Flat pieces at several different values (ties between nodes) and dps= on a covariance map are refused."""
     from symfield.numeric import evaluate as numeric
-    from symfield.numeric import pool_rules
+    from symfield.numeric.pool import rules as pool_rules
     from symfield.symbolic.activation import kinks
     from symfield.symbolic.integrals import Integrand, Kind
     x = sp.Symbol("x", real=True)

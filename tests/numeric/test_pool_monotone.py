@@ -1,5 +1,5 @@
 """Max-pool maps of a monotone phi by order statistics (the h_k density of docs/theory.md section 4):
-float64 quadrature, the per-c rule and the tables behind sf.C (symfield.numeric.maxrule,
+float64 quadrature, the per-c rule and the tables behind sf.C (symfield.numeric.pool.maxrule,
 symfield.numeric.tables.fast_C), and dps=N.
 
 Oracles, none of which calls symfield's h_k quadrature: (a) the exact linear max2 map
@@ -23,7 +23,7 @@ import symfield as sf
 from symfield.symbolic import gaussian as G
 from symfield.numeric import quadrature as Q
 from symfield.numeric import tables
-from symfield.numeric.maxrule import Rule
+from symfield.numeric.pool.maxrule import Rule
 from conftest import TOL, tol_dps
 from test_pool_kernels import PHI, POINTS, pool
 from test_tables import max2_C_oracle

@@ -19,7 +19,7 @@ from symfield.core.errors import NoRule, NotCertified
 from symfield.numeric import chebyshev as cheb
 from symfield.numeric.evaluate import evaluate
 from symfield.numeric.kernels import table_maps
-from symfield.numeric.maxrule import Rule
+from symfield.numeric.pool.maxrule import Rule
 from symfield.numeric.tables.geometry import N_T, N_TH, Panel, initial_cells, panel_q
 from symfield.numeric.tables.nodes import Evaluator, rule_distance, shifted
 from symfield.numeric.tables.polar import Polar2, polar_distance

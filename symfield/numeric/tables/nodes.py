@@ -2,7 +2,7 @@
 
 - each integral E[f(u) g(v)] with smooth f, g (tanh, softplus, sigmoid, silu, gelu, mish, their avg-pools):
   the polar rule (:mod:`.polar`);
-- max-pools of a monotone phi smooth except at x = 0: one :class:`symfield.numeric.maxrule.Rule` per theta,
+- max-pools of a monotone phi smooth except at x = 0: one :class:`symfield.numeric.pool.maxrule.Rule` per theta,
   at all the q-nodes of a panel at once;
 - everything else (kinked activations, other max-pools): the error-controlled quadrature (~20-400 ms a point).
 (docs/numerics.md section 3.)
@@ -16,7 +16,7 @@ import sympy as sp
 
 from symfield.numeric import evaluate as N
 from symfield.numeric import quadrature as QD
-from symfield.numeric.maxrule import Rule
+from symfield.numeric.pool.maxrule import Rule
 from symfield.numeric.tables.polar import Polar2, polar_eval_over_cos
 from symfield.symbolic.formula import X as x
 from symfield.symbolic.gaussian import q as Q

@@ -12,7 +12,7 @@ import math
 import mpmath
 import sympy as sp
 
-from symfield.numeric import levelsets as LS
+from symfield.numeric.pool import levelsets as LS
 from symfield.numeric.quadrature import GUARD, elementwise, max_expect1, max_expect2
 from symfield.symbolic.formula import X as x
 from symfield.symbolic.integrals import Integrand, Kind

@@ -107,9 +107,10 @@ def cli(args):
     if args.quick:
         kw.update(grid=(32, 32), depth=20, gh_grid=(4, 4), scipy_samples=2, n_check=3, check_dps=15, repeat=2, n_traj=2)
     res = bench(act, **kw)
+    from symfield.core.version import provenance
     text = json.dumps(dict(act=res.act, grid=res.grid, depth=res.depth, method=res.method, times=res.times,
-                           ratios=res.ratios(), notes=res.notes, accuracy=res.accuracy, setup=res.setup),
-                      indent=2, default=str)
+                           ratios=res.ratios(), notes=res.notes, accuracy=res.accuracy, setup=res.setup,
+                           provenance=provenance()), indent=2, default=str)
     if args.output:
         from symfield.core.files import atomic_write
         atomic_write(args.output, text + "\n")

@@ -47,6 +47,8 @@ def test_bench_cli_json_and_bad_input():
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["method"] == "numba-generated" and "numba-floor" in out["times"]
+    prov = out["provenance"]         # where the numbers came from: the command, when, and with which versions
+    assert "bench" in prov["argv"] and prov["time"].endswith("+00:00") and prov["versions"]["symfield"]
     bad = subprocess.run([sys.executable, "-m", "symfield", "bench", "--grid", "3by3"], capture_output=True,
                          text=True, cwd=ROOT, timeout=120)
     assert bad.returncode == 2 and "--grid" in bad.stderr and "256x256" in bad.stderr

@@ -26,7 +26,7 @@ from symfield.theory.gram import GramFluctuations, gram_fluctuations
 from symfield.theory.jacobian import IsometryDiagram, JacobianSpectrum, isometry_diagram, jacobian_spectrum
 from symfield.theory.width_gain import WidthGain, width_gain
 from symfield.theory.cstar import c_star
-from symfield.theory.eoc import DepthEOC, eoc, eoc_curve, eoc_depth
+from symfield.theory.eoc import DepthEOC, EOCCurve, eoc, eoc_curve, eoc_depth
 from symfield.theory.neutrality import neutrality
 from symfield.theory.norm import BatchNormResult, batchnorm
 from symfield.theory.phases import phase, xi_c, xi_q
@@ -53,7 +53,7 @@ __all__ = [
     # maps in numbers
     "V", "C", "map_value", "q_map", "qab_map", "chi1", "chi1_tilde", "q_growth",
     # fixed points, lines, phases
-    "q_star", "fixed_points", "FixedPoints", "c_star", "xi_q", "xi_c", "eoc", "eoc_curve", "eoc_depth", "DepthEOC",
+    "q_star", "fixed_points", "FixedPoints", "c_star", "xi_q", "xi_c", "eoc", "eoc_curve", "EOCCurve", "eoc_depth", "DepthEOC",
     "neutrality", "phase",
     # normalisation layers (docs/theory.md section 12)
     "batchnorm", "BatchNormResult",

@@ -355,8 +355,17 @@ def eoc_depth(act: str | Activation, sigma_b2: float, depth: int, q0: float = 1.
     return DepthEOC(sb, sw, L, q0, float(math.exp(val)), float((fp_ - fm) / (2 * h)), float(ql[1]))
 
 
+@dataclass(frozen=True)
+class EOCCurve:
+    """The edge of chaos along sigma_b2 (:func:`eoc_curve` with ``full=True``): sigma_w2 and the variance
+    fixed point q* there, per sigma_b2 (NaN where a point has no edge of chaos)."""
+    sigma_b2: NDArray[Any]
+    sigma_w2: NDArray[Any]
+    q_star: NDArray[Any]
+
+
 def eoc_curve(act: str | Activation, sigma_b2: ArrayLike, dps: int | None = None, norm: str | None = None,
-              norm_at: str = "before", batch: int | None = None) -> NDArray[Any]:
+              norm_at: str = "before", batch: int | None = None, full: bool = False) -> NDArray[Any] | EOCCurve:
     """sigma_w2 on the edge of chaos for each sigma_b2 (array in, array out); for positively
     homogeneous psi the vertical line sigma_w2 = 1/E[psi'^2] (docs/theory.md section 5).
 
@@ -371,40 +380,47 @@ def eoc_curve(act: str | Activation, sigma_b2: ArrayLike, dps: int | None = None
     norm, norm_at, batch : optional
         Normalisation (docs/theory.md section 12): the LayerNorm ray or curve, NaN where there is no
         edge of chaos (every point under BatchNorm).
+    full : bool
+        Return an :class:`EOCCurve` with q* beside sigma_w2 (as ``symfield eoc-curve`` prints).
 
     Returns
     -------
-    ndarray
+    ndarray or EOCCurve
         sigma_w2 at each sigma_b2 (float64, or mpmath numbers in an object array).
 
     Examples
     --------
     >>> sf.eoc_curve("relu", [0.0, 0.1])
     array([2., 2.])
+    >>> c = sf.eoc_curve("erf", [0.1], full=True); round(float(c.sigma_w2[0]), 6), round(float(c.q_star[0]), 6)
+    (1.552118, 0.726359)
     """
     K = kernel(act)
     dps = check.dps("eoc_curve", dps)
     sb = check.real("eoc_curve", "sigma_b2", sigma_b2, lo=0)
+    if not isinstance(full, bool):
+        check.fail("eoc_curve", "full", "True or False", full)
     opts = nm.options("eoc_curve", norm, norm_at, batch)
     refuse_jumps(K)
+    sw = np.full(sb.shape, math.nan, dtype=float if dps is None else object)
+    qs = sw.copy()
     if opts is not None:
-        out = np.empty(sb.shape, dtype=float if dps is None else object)
         for idx in np.ndindex(sb.shape):
             try:
-                out[idx] = _normed_eoc(K, opts, float(sb[idx]), dps).sigma_w2
+                e = _normed_eoc(K, opts, float(sb[idx]), dps)
+                sw[idx], qs[idx] = e.sigma_w2, e.q_star
             except (ValueError, ArithmeticError):
-                out[idx] = math.nan
-        return out
-    if K.degree_one:
-        sw = eoc_homogeneous(K, 0.0, dps)[0]
-        out = np.empty(sb.shape, dtype=float if dps is None else object)
-        out[...] = sw
-        return out
-    if dps is None and (sb > 0).all():
-        sw, qs = (lambda N: N.ctx.run(partial(eoc_points, N), sb.ravel()))(maps(K))
-        if not np.isnan(sw).any():
-            return sw.reshape(sb.shape)
-    out = np.empty(sb.shape, dtype=float if dps is None else object)
-    for idx in np.ndindex(sb.shape):   # sigma_b2 = 0, dps, or points that raise a clear error
-        out[idx] = eoc_point(K, float(sb[idx]), dps)[0]
-    return out
+                pass
+    elif K.degree_one:
+        for idx in np.ndindex(sb.shape):
+            sw[idx], qs[idx] = eoc_homogeneous(K, float(sb[idx]), dps)[:2]
+    else:
+        solved = False
+        if dps is None and (sb > 0).all():
+            w, q = (lambda N: N.ctx.run(partial(eoc_points, N), sb.ravel()))(maps(K))
+            if not np.isnan(w).any():
+                sw[...], qs[...], solved = w.reshape(sb.shape), q.reshape(sb.shape), True
+        if not solved:
+            for idx in np.ndindex(sb.shape):   # sigma_b2 = 0, dps, or points that raise a clear error
+                sw[idx], qs[idx] = eoc_point(K, float(sb[idx]), dps)[:2]
+    return EOCCurve(np.asarray(sb), sw, qs) if full else sw

@@ -174,3 +174,20 @@ def test_cli_eoc_relu_prints_the_line():
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["sigma_w2"] == [2.0, 2.0, 2.0] and d["errors"] == 0
+
+
+def test_eoc_curve_full_gives_q_star_that_solves_both_equations():
+    """eoc_curve(full=True) against mpmath quadrature of the two defining equations at each point:
+    q* = sigma_w2 E[tanh^2] + sigma_b2 and sigma_w2 E[sech^4] = 1 (x ~ N(0, q*)); relu's line is q* = inf."""
+    import mpmath
+    sb = np.array([0.02, 0.05, 0.3])
+    c = sf.eoc_curve("tanh", sb, full=True)
+    assert np.array_equal(c.sigma_w2, sf.eoc_curve("tanh", sb))
+    for b, w, q in zip(sb, c.sigma_w2, c.q_star):
+        with mpmath.workdps(30):
+            s = mpmath.sqrt(q)
+            e = lambda f: mpmath.quad(lambda z: f(s * z) * mpmath.npdf(z), [-mpmath.inf, 0, mpmath.inf])
+            assert abs(w * e(lambda t: mpmath.tanh(t) ** 2) + b - q) <= 1e-12 * q
+            assert abs(w * e(lambda t: mpmath.sech(t) ** 4) - 1) <= 1e-12
+    r = sf.eoc_curve("relu", [0.0, 0.1], full=True)
+    assert list(r.sigma_w2) == [2.0, 2.0] and list(r.q_star) == [0.0, np.inf]

@@ -319,3 +319,23 @@ def test_neutrality_under_normalisation():
     # LayerNorm before phi: c* depends on sigma_b2/sigma_w2 only, so the neutrality line is a ray too
     w1, w2 = sf.neutrality("tanh", [0.1, 0.2], norm="layer")
     assert w2 == pytest.approx(2 * w1, rel=1e-8)
+
+
+@pytest.mark.parametrize("B", [2, 3])
+def test_dead_fraction_float64_against_the_orthant_formulas(B):
+    """P(h_a <= 0 for all a) of an equicorrelated Gaussian batch: 1/4 + asin(c)/(2 pi) for B = 2 and
+    1/8 + 3 asin(c)/(4 pi) for B = 3 (Sheppard's orthant formulas), over the whole range of c, negative included."""
+    from symfield.theory.norm import dead_fraction_f64
+    lo = -1 / (B - 1)
+    c = np.concatenate([lo + np.array([1e-6, 1e-4]), np.linspace(lo, 1, 41)[1:-1], [0.999, 0.999999, 1.0]])
+    with mpmath.workdps(30):     # (1e-9 from lo, c's last binary digit moves P by 1e-13: the slope is 1/(2 pi sqrt(1 - c^2)))
+        exact = np.array([float(mpmath.mpf(1) / 4 + mpmath.asin(v) / (2 * mpmath.pi)) if B == 2 else
+                          float(mpmath.mpf(1) / 8 + 3 * mpmath.asin(v) / (4 * mpmath.pi)) for v in c])
+    assert np.max(np.abs(dead_fraction_f64(B, c) - exact)) <= 1e-13
+
+
+def test_dead_fraction_float64_against_mpmath_at_batch_8():
+    from symfield.theory.norm import dead_fraction, dead_fraction_f64
+    c = np.array([-1 / 7 + 1e-6, -0.0812, 0.9])
+    want = np.array([float(dead_fraction(8, float(v), dps=30)) for v in c])
+    assert np.max(np.abs(dead_fraction_f64(8, c) - want)) <= 1e-13

@@ -9,7 +9,8 @@ ratios, non-finite counts) over seeds against their mean-field predictions and b
 """
 from symfield.init.diagnosis import (DIAGNOSIS_STATUS, DIAGNOSIS_STATUS_NAMES, FAMILY_ALPHA, RESOLUTION,
                                     RESOLUTION_C, STATS, Diagnosis, diagnose, family_z, precision_floor)
-from symfield.init.frameworks import jax, jax_bias, record_torch, torch_, torch_fan_in, torch_fans
+from symfield.init.frameworks import (jax, jax_bias, record_flax, record_torch, record_torch_grads, torch_, torch_fan_in,
+                                     torch_fans)
 from symfield.init.protocol import (PROTOCOL_STATS, PROTOCOL_STATUS, PROTOCOL_STATUS_NAMES, SATURATION_RATIO,
                                    Protocol, protocol)
 from symfield.init.gains import (DISTRIBUTIONS, MAX_STD, MODES, TRUNCATION, NTStd, Variances, bias_std, fan,
@@ -20,5 +21,5 @@ __all__ = ["DIAGNOSIS_STATUS", "DIAGNOSIS_STATUS_NAMES", "DISTRIBUTIONS", "Diagn
            "MODES", "NTStd", "RESOLUTION", "RESOLUTION_C", "STATS", "TRUNCATION", "Variances", "bias_std",
            "diagnose", "family_z", "fan", "from_nt", "gain", "jax", "jax_bias", "kernel_fan_in", "kernel_fans",
            "output_bias", "precision_floor", "PROTOCOL_STATS", "PROTOCOL_STATUS", "PROTOCOL_STATUS_NAMES",
-           "Protocol", "protocol", "record_torch", "SATURATION_RATIO", "std", "to_nt", "torch_", "torch_fan_in",
+           "Protocol", "protocol", "record_flax", "record_torch", "record_torch_grads", "SATURATION_RATIO", "std", "to_nt", "torch_", "torch_fan_in",
            "torch_fans", "truncated_variance"]

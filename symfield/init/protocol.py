@@ -405,8 +405,8 @@ def _bands(S, widths, n_common, qt, fw, ths, meas, measured_q0, relu_family, zer
     theory["mean"], mean["mean"] = np.zeros(L), np.zeros(L)
     sd["mean"] = np.sqrt(meas["mean_var"].mean(axis=0) / S)
     zsd = np.sqrt(meas["zero_var"].mean(axis=0) / S)
-    theory["zero_fraction"] = np.full(L, 0.5)
-    mean["zero_fraction"], sd["zero_fraction"] = (np.full(L, 0.5), zsd) if relu_family else (nan, nan)
+    if relu_family:
+        theory["zero_fraction"], mean["zero_fraction"], sd["zero_fraction"] = np.full(L, 0.5), np.full(L, 0.5), zsd
     if ths is not None:
         p = saturation_probability(Kn, *ths)
         theory["saturation"], mean["saturation"] = saturation_probability(qt, *ths), p

@@ -226,3 +226,19 @@ def test_flax_mlp_forward_and_gradients_feed_the_protocol():
     assert sf.init.record_flax(m, variables["params"], x)[1] is None
     p = sf.init.protocol(acts, "relu", 2.0, 0.0, grads=grads)
     assert p.ok is True, p.table()
+
+
+def test_protocol_figure_draws_theory_band_and_flags(tmp_path):
+    pytest.importorskip("matplotlib")
+    from symfield.io import plots
+    hs, gs = _net("relu", 2.0, 0.0)
+    p = sf.init.protocol(hs, "relu", 2.6, 0.0, grads=gs)             # the grad ratios are flagged
+    fig = plots.protocol(p, tmp_path / "p.pdf")
+    assert (tmp_path / "p.pdf").stat().st_size > 0 and len(fig.axes) == len(p.stats)
+    ratio = fig.axes[p.stats.index("grad_ratio")]
+    labels = [t.get_text() for t in ratio.get_legend().get_texts()]
+    assert labels[:2] == [f"band: mean $\\pm$ {p.z:.3g} sd", "infinite-width theory"]
+    assert "outside the band" in labels and not any("per seed" in t for t in labels)    # one seed: no seed dots
+    assert ratio.get_yscale() == "log" and fig.axes[p.stats.index("mean")].get_yscale() == "linear"
+    q_labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "outside the band" not in q_labels

@@ -450,32 +450,21 @@ def protocol(forward: Sequence, act: str | Activation, sigma_w2: float, sigma_b2
              q0: float | None = None, threshold: float | tuple | None = None,
              saturation_ratio: float = SATURATION_RATIO, z: float | None = None) -> Protocol:
     """The initialisation protocol: per-layer statistics of one fixed batch before any update, over one or
-    several seeds, each against its mean-field prediction and a finite-width band (docs/theory.md section 10.1).
-
-    Statistics (pooled over seeds; bands assume fully connected layers of i.i.d. symmetric weights, zero-mean
+    several seeds, each against its mean-field prediction and a finite-width band (formulas and assumptions in
+    docs/theory.md section 10.1; bands assume fully connected layers of i.i.d. symmetric weights, zero-mean
     biases and inputs of about equal norm, like :func:`diagnose`):
 
-    - ``q`` = mean h^2 against q^(l) of ``sf.propagate``; band K + K1/n +- z sqrt((2 K^2/n_l + V/n)/S)
-      (``sf.finite_width``; one input's variance, an upper bound for the batch mean);
-    - ``mean`` of h against 0; given the previous layer the units are i.i.d., so Var = sum_ab Q_ab/(n B^2)
-      with the measured Gram matrix Q (B inputs);
-    - ``zero_fraction`` P(h <= 0) = 1/2 exactly for relu-family phi (phi = 0 on x <= 0): per input the count of
-      units at zero is Binomial(n, 1/2) given the previous layer (no independence assumption between units);
-      inputs a, b share the weights, so their indicators covary by arcsin(c_ab)/(2 pi) (the orthant
-      probability, c_ab measured): Var = sum_ab arcsin(c_ab)/(2 pi n B^2);
+    - ``q`` = mean h^2 against q^(l) of ``sf.propagate`` (band from ``sf.finite_width``), ``mean`` of h against 0;
+    - ``zero_fraction`` P(h <= 0) = 1/2 for relu-family phi (phi = 0 on x <= 0); per input the zero count is
+      Binomial(n, 1/2) given the previous layer, and inputs covary by arcsin(c_ab)/(2 pi) (measured c_ab);
     - ``saturation`` P(h < -t_minus or h > t_plus) = (erfc(t_minus/sqrt(2q)) + erfc(t_plus/sqrt(2q)))/2 for
-      saturating phi (phi' -> 0 on both sides: tanh, sigmoid, erf); sd sqrt(p(1 - p)/n_l) (the batch treated as
-      fully correlated, an upper bound) + |dp/dq| sqrt(V/n) (the layer's variance fluctuating);
-    - with ``grads``: ``grad_ratio`` |g^(l)|^2/|g^(l+1)|^2 (sums over batch and units) against chi1(q^(l)) =
-      sigma_w2 E[phi'(h)^2]; band: its exact mean and variance given h^(l) and g^(l+1) under gradient
-      independence (the backward weights treated as independent of the forward ones; valid at large width for
-      a zero-mean readout and a loss whose output gradient does not grow with the output, e.g. cross-entropy);
-      ``zero_grad``, the fraction of exactly-zero gradients, against 1/2 (relu family, the zero fraction's
-      band) or 0 (phi' nowhere zero: any zero is flagged). The last layer's gradients come from the loss:
-      not compared.
+      saturating phi (tanh, sigmoid, erf);
+    - with ``grads``: ``grad_ratio`` of the squared gradient norms of layers l and l + 1 against chi1(q^(l)) =
+      sigma_w2 E[phi'(h)^2], its band exact under gradient independence given h^(l) and g^(l+1) (valid for a
+      zero-mean readout and e.g. cross-entropy; not for a squared loss on a wide output); ``zero_grad`` against
+      1/2 (relu family) or 0 (phi' nowhere zero). The last layer's gradients come from the loss: not compared.
 
-    Non-finite values in a layer make its status 2 and ``ok`` False; layer 1 sets q0 when it is not given, so
-    its q is not compared.
+    Non-finite values make a layer's status 2 and ``ok`` False; layer 1 sets q0 unless given (then not compared).
 
     Parameters
     ----------
@@ -483,24 +472,20 @@ def protocol(forward: Sequence, act: str | Activation, sigma_w2: float, sigma_b2
         Pre-activations per layer, shape (batch, width) (trailing axes flattened), layer 1 the linear layer of
         the raw input; a list of such lists is one recording per seed (same batch size and widths).
     act, sigma_w2, sigma_b2 : the activation (single node) and variances the network was initialised with.
-    grads : same structure as ``forward``, optional
-        dL/dh per layer from one backward pass on the same batch.
+    grads : same structure as ``forward``, optional; dL/dh per layer from one backward pass on the same batch.
     q0 : float, optional
-        Input norm |x|^2/n0; default from layer 1, (q^(1) - sigma_b2)/sigma_w2.
+        Input norm ``|x|^2/n0``; default from layer 1, (q^(1) - sigma_b2)/sigma_w2.
     threshold : float or (float, float), optional
-        Saturation threshold t (or (t_minus, t_plus)); default the |t| where |phi'| first falls to
-        ``saturation_ratio`` |phi'(0)|: tanh 1.8184, sigmoid 3.6369, erf 1.5174 at ratio 0.1.
-    saturation_ratio : float
-        In (0, 1]; see ``threshold``.
+        Saturation threshold t (or (t_minus, t_plus)); default where ``abs(phi'(t))`` first falls to
+        ``saturation_ratio`` ``abs(phi'(0))``: tanh 1.8184, sigmoid 3.6369, erf 1.5174 at ratio 0.1.
+    saturation_ratio : float in (0, 1]; see ``threshold``.
     z : float, optional
-        Band half-width in sd; default :func:`family_z` over the compared bands (a correct network is flagged
-        with probability <= 5 %).
+        Band half-width in sd; default :func:`family_z` over the compared bands (5 % family-wise).
 
     Returns
     -------
     Protocol
-        ``measured``, ``per_seed``, ``theory``, ``band_mean``, ``band_sd`` per statistic, ``status``,
-        ``ok``, ``table()`` and ``to_xarray()``.
+        Per statistic ``measured``, ``per_seed``, ``theory``, ``band_mean``, ``band_sd``; ``ok``, ``table()``.
 
     Examples
     --------
@@ -513,10 +498,7 @@ def protocol(forward: Sequence, act: str | Activation, sigma_w2: float, sigma_b2
     >>> p.ok, p.zero_fraction_theory[0]
     (True, 0.5)
     """
-    sw = float(check.real(_F, "sigma_w2", sigma_w2, lo=0, lo_open=True))
-    sb = float(check.real(_F, "sigma_b2", sigma_b2, lo=0))
-    if z is not None:
-        z = float(check.real(_F, "z", z, lo=0, lo_open=True))
+    sw, sb, z = _scalars(sigma_w2, sigma_b2, z)
     A = as_activation(act)
     runs = _recorded(forward, "forward")
     gruns = _grads(grads, runs)
@@ -525,13 +507,12 @@ def protocol(forward: Sequence, act: str | Activation, sigma_w2: float, sigma_b2
     per = [_seed(r, None if gruns is None else gruns[s], phi, dphi, ths, sw) for s, r in enumerate(runs)]
     meas = {k: np.stack([p[k] for p in per]) for k in per[0]}
     S, L, widths = len(runs), len(runs[0]), [h.shape[1] for h in runs[0]]
-    n_common = Counter(widths).most_common(1)[0][0]
+    n_common = Counter(widths).most_common(1)[0][0]     # n of the finite-width theory
     q0, measured_q0 = _q0(meas, q0, sw, sb)
     qt, fw, note = _theory_q(A, sw, sb, L, q0)
     theory, mean, sd = _bands(S, widths, n_common, qt, fw, ths, meas, measured_q0, relu_family,
                               _zero_grad_theory(dphi, relu_family), A, sw, sb)
-    names = [n for n in PROTOCOL_STATS if n in theory]
-    describe, describe_theory = _describe(meas, A, qt)
+    names, (describe, describe_theory) = [n for n in PROTOCOL_STATS if n in theory], _describe(meas, A, qt)
     p = Protocol(layers=np.arange(1, L + 1), measured={n: meas[n].mean(axis=0) for n in names},
                  per_seed={n: meas[n] for n in names}, theory=theory, band_mean={n: mean[n] for n in names},
                  band_sd={n: sd[n] for n in names}, describe=describe, describe_theory=describe_theory,
@@ -542,6 +523,12 @@ def protocol(forward: Sequence, act: str | Activation, sigma_w2: float, sigma_b2
                              batch=runs[0][0].shape[0], widths=widths, width=n_common, grads=gruns is not None,
                              threshold=list(ths) if ths is not None else None, relu_family=relu_family,
                              saturating=saturating, z_rule="given" if z is not None else "family-wise 5 %"))
-    if z is None:
+    if z is None:           # family-wise over the compared bands (set once, before the result is handed out)
         object.__setattr__(p, "z", family_z(sum(int(p.compared(n).sum()) for n in names)))
     return p
+
+
+def _scalars(sigma_w2, sigma_b2, z):
+    sw = float(check.real(_F, "sigma_w2", sigma_w2, lo=0, lo_open=True))
+    sb = float(check.real(_F, "sigma_b2", sigma_b2, lo=0))
+    return sw, sb, None if z is None else float(check.real(_F, "z", z, lo=0, lo_open=True))

@@ -196,4 +196,110 @@ def record_torch(model, types=None):
             h.remove()
 
 
-# ---------------------------------------------------------------- diagnosis
+@contextlib.contextmanager
+def record_torch_grads(model, types=None):
+    """Context manager recording, in one forward and one backward pass, the outputs h (pre-activations) of
+    every Linear/Conv module of ``model`` and the gradients dL/dh of the loss with respect to them.
+
+    Yields ``(forward, grads)``: two lists, one numpy array (batch, -1) per module call in call order (as
+    :func:`record_torch`); ``grads[i]`` is filled by a tensor hook on output i when ``loss.backward()`` runs
+    inside the block (None for an output the backward pass did not reach, e.g. under ``torch.no_grad()``).
+    Pass both to :func:`protocol`. The hooks are removed on exit.
+
+    Examples
+    --------
+    >>> with record_torch_grads(model) as (acts, grads):             # doctest: +SKIP
+    ...     torch.nn.functional.cross_entropy(model(x), y).backward()
+    >>> print(protocol(acts, "relu", 2.0, 0.0, grads=grads))          # doctest: +SKIP
+    """
+    import torch
+    types = types or (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+    out, grads, handles = [], [], []
+
+    def as_numpy(t):
+        t = t.detach().reshape(t.shape[0], -1).cpu()
+        return (t.float() if t.dtype in (torch.float16, torch.bfloat16) else t).numpy()
+
+    def hook(mod, inputs, output):
+        i = len(out)
+        out.append(as_numpy(output))
+        grads.append(None)
+        if output.requires_grad:
+            def keep(g, i=i):
+                grads[i] = as_numpy(g)
+            output.register_hook(keep)
+
+    for mod in model.modules():
+        if isinstance(mod, types):
+            handles.append(mod.register_forward_hook(hook))
+    try:
+        yield out, grads
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def record_flax(module, params, x, loss_fn=None, types=None) -> tuple:
+    """The pre-activations of every ``nn.Dense``/``nn.Conv`` call of a Flax linen ``module`` on the batch ``x``
+    and, with ``loss_fn``, the gradients dL/dh of ``loss_fn(module.apply(params, x))`` with respect to them.
+
+    The outputs are caught with ``nn.intercept_methods``; the gradients are those of the loss with respect to
+    a zero perturbation added to each output (``jax.grad`` over the list of perturbations), which equal dL/dh.
+    jax and flax are imported here only. Flax's ``nn.gelu`` is the tanh approximation by default
+    (``approximate=True``) while symfield's ``"gelu"`` is the exact x Phi(x): use ``nn.gelu(x,
+    approximate=False)`` in the model, or pass the tanh formula to :func:`protocol`.
+
+    Parameters
+    ----------
+    module : flax.linen.Module
+    params : dict
+        The variables of ``module.init`` (``{"params": ...}``), or the params tree alone.
+    x : array
+        The fixed batch, first axis the batch.
+    loss_fn : callable, optional
+        Output -> scalar loss; None records the forward pass only.
+    types : tuple of classes, optional
+        Default ``(nn.Dense, nn.Conv)``.
+
+    Returns
+    -------
+    tuple
+        ``(forward, grads)``: lists of numpy arrays (batch, -1), one per call in call order; grads is None
+        without ``loss_fn``.
+
+    Examples
+    --------
+    >>> acts, grads = record_flax(mlp, variables, x, lambda out: out.sum())       # doctest: +SKIP
+    >>> protocol(acts, "tanh", 1.76, 0.05, grads=grads).ok                       # doctest: +SKIP
+    True
+    """
+    import jax as jx
+    import jax.numpy as jnp
+    import flax.linen as nn
+    import numpy as np
+    types = types or (nn.Dense, nn.Conv)
+    variables = params if isinstance(params, dict) and "params" in params else {"params": params}
+
+    def run(perturb):
+        outs = []
+
+        def catch(next_fun, args, kwargs, context):
+            y = next_fun(*args, **kwargs)
+            if isinstance(context.module, types) and context.method_name == "__call__":
+                if perturb is not None:
+                    y = y + perturb[len(outs)]
+                outs.append(y)
+            return y
+
+        with nn.intercept_methods(catch):
+            return module.apply(variables, x), outs
+
+    def flat(a):
+        return np.asarray(a, dtype=np.float32 if a.dtype == jnp.bfloat16 else a.dtype).reshape(a.shape[0], -1)
+
+    _, outs = run(None)
+    forward = [flat(h) for h in outs]
+    if loss_fn is None:
+        return forward, None
+    grads = jx.grad(lambda p: loss_fn(run(p)[0]))([jnp.zeros_like(h) for h in outs])
+    return forward, [flat(g) for g in grads]

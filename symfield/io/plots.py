@@ -577,3 +577,75 @@ def trainability_diagram(pd, path=None, ax=None, title=None, act=None, dpi=None)
     ax.legend(fontsize=8, loc="upper left")
     ax.set_title(title or f"{getattr(act, 'name', act) or pd.act}: trainable depth scale", fontsize=10)
     return _finish(fig, path, dpi, own)
+
+
+PROTOCOL_LABELS = {"q": "$q$ = mean $h^2$", "mean": "mean of $h$", "zero_fraction": "fraction $h \\leq 0$",
+                   "saturation": "saturated fraction", "grad_ratio": "$|g^{(l)}|^2 / |g^{(l+1)}|^2$",
+                   "zero_grad": "fraction of zero gradients"}
+
+
+def _protocol_panel(ax, p, name):
+    """One statistic of an init.protocol result against layer: per-seed dots, the pooled value, the theory line
+    and the band (log scale for the positive statistics; where the band reaches 0 it is cut at the axis)."""
+    layers = np.asarray(p.layers)
+    x, t, m, s = p.measured[name], p.theory[name], p.band_mean[name], p.band_sd[name]
+    seeds, log = np.asarray(p.per_seed[name]), name != "mean"
+    shown = np.isfinite(m) & np.isfinite(s)
+    if shown.any():
+        lo, hi = m - p.z * s, m + p.z * s
+        if log:
+            lo = np.where(lo > 0, lo, np.nan)
+        ax.fill_between(layers, lo, hi, where=shown, color="#4c72b0", alpha=0.25, label=f"band: mean $\\pm$ {p.z:.3g} sd")
+    if np.isfinite(t).any():
+        ax.plot(layers, t, "k-", lw=1.5, label="infinite-width theory")
+    if seeds.shape[0] > 1:
+        ax.plot(np.repeat(layers[None, :], seeds.shape[0], 0).ravel(), seeds.ravel(), ".", color="#c44e52", ms=3,
+                alpha=0.5, label=f"per seed ({seeds.shape[0]})")
+    flagged = p.outside(name)
+    ax.plot(layers, x, "o", color="#c44e52", ms=5, label="measured" + (", pooled" if seeds.shape[0] > 1 else ""))
+    if flagged.any():
+        ax.plot(layers[flagged], x[flagged], "x", color="k", ms=9, mew=2, label="outside the band")
+    if log and np.any(np.isfinite(x) & (x > 0)):
+        ax.set_yscale("log")
+    ax.set_xlabel("layer $l$")
+    ax.set_title(PROTOCOL_LABELS[name], fontsize=9)
+    ax.legend(fontsize=7)
+
+
+def protocol(p, path=None, axes=None, title=None, dpi=None):
+    """The statistics of an :func:`symfield.init.protocol` result per layer, one panel each (log scale except
+    the mean of h): measured (pooled over seeds, per-seed dots when there are several), the infinite-width
+    theory line and the finite-width band, flagged layers crossed. ``axes``: as many axes as ``p.stats``
+    (default a new figure). Saved to ``path`` (.png at ``dpi``, .pdf/.svg) when given. Returns the figure.
+
+    Parameters
+    ----------
+    p : symfield.init.Protocol
+    path : str or path-like, optional
+    axes : sequence of matplotlib axes, optional
+    title : str, optional
+    dpi : float, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Examples
+    --------
+    >>> fig = protocol(sf.init.protocol(hs, "relu", 2.0, 0.0), "protocol.pdf")     # doctest: +SKIP
+    """
+    names = p.stats
+    fig, axes, own = _own(axes, (3.4 * len(names), 3.6), ncols=len(names))
+    axes = np.atleast_1d(axes)
+    if len(axes) != len(names):
+        raise InvalidValue(f"The 'axes' parameter of plots.protocol must hold {len(names)} axes (one per statistic "
+                           f"{names}). Got {len(axes)} instead.")
+    for ax, name in zip(axes, names):
+        _protocol_panel(ax, p, name)
+    q = p.params
+    fig.suptitle(title or _title(q.get("act"), q.get("sigma_w2"), q.get("sigma_b2"), seeds=q.get("seeds"),
+                                 batch=q.get("batch")) + f": initialisation protocol ({'ok' if p.ok else 'NOT ok' if p.ok is False else 'nothing compared'})",
+                 fontsize=10)
+    if own:
+        fig.tight_layout()
+    return _finish(fig, path, dpi, own)

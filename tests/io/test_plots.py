@@ -82,7 +82,17 @@ def _small_results():
             "batchnorm_rates": ((("relu", "linear"), (4, 8)), {"measured": {"relu": ([8], [1.79], [0.01])}}, 1),
             "ntk_depth": ((sf.ntk("relu", 2.0, 0.0, 5, qab0=0.5),), {}, 2),
             "trainability_diagram": ((sf.phase_diagram("erf", np.linspace(0.5, 4, 6), np.linspace(0.01, 0.2, 4),
-                                                       ntk=True),), {}, 1)}
+                                                       ntk=True),), {}, 1),
+            "protocol": ((_protocol_result(),), {}, 3)}
+
+
+def _protocol_result():
+    rng = np.random.default_rng(0)
+    hs, h = [], rng.standard_normal((4, 64))
+    for layer in range(3):
+        h = (np.maximum(h, 0) if layer else h) @ rng.standard_normal((64, 64)) * np.sqrt(2 / 64)
+        hs.append(h)
+    return sf.init.protocol([hs, [2 * a for a in hs]], "relu", 2.0, 0.0)
 
 
 def test_each_plot_draws_on_given_axes_and_returns_the_figure(tmp_path):

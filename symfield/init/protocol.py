@@ -49,6 +49,8 @@ _LONG = {"q": "mean of h^2 over units and batch", "mean": "mean of h over units 
          "grad_ratio": "ratio |dL/dh^(l)|^2 / |dL/dh^(l+1)|^2", "zero_grad": "fraction of exactly-zero dL/dh"}
 
 
+HEALTH_GAIN = 100.0   # Protocol.health: gradients or signal beyond this factor from their reference layer
+
 @dataclass(frozen=True)
 class Protocol(ToXarray):
     """The protocol's per-layer statistics, pooled over seeds (``measured[name]``, shape (depth,)), per seed
@@ -155,6 +157,28 @@ class Protocol(ToXarray):
                 "zero_grad": "dead units, or phi' rounding to 0 in the recording precision"}[n]
         return f"{n} = {x:.4g} outside {band} (theory {t:.4g}, {abs(x - m) / s if s > 0 else math.inf:.3g} sd): {hint}"
 
+    @property
+    def health(self) -> list:
+        """The initialisation's health, measured (whatever the theory says): one line per layer whose gradient RMS
+        differs from the last layer's, or whose mean h^2 differs from layer 1's, by more than HEALTH_GAIN either way
+        (vanishing or exploding gradients, a collapsing or exploding signal), with the per-layer factor behind it."""
+        d, q, out = self.describe, self.measured["q"], []
+        g = d.get("grad_rms")
+        ratio = self.measured.get("grad_ratio")
+        for i, l in enumerate(self.layers):
+            why = []
+            if g is not None and np.isfinite(g[i]) and np.isfinite(g[-1]) and g[-1] > 0:
+                gain = g[i] / g[-1]
+                if not 1 / HEALTH_GAIN <= gain <= HEALTH_GAIN:
+                    r = ratio[i] if ratio is not None and np.isfinite(ratio[i]) else math.nan
+                    why.append(f"gradient RMS {gain:.3g} x the last layer's: {'vanishing' if gain < 1 else 'exploding'} "
+                               f"gradients (mean-square ratio per layer {r:.4g}; chi1 {'<' if gain < 1 else '>'} 1)")
+            if np.isfinite(q[i]) and q[0] > 0 and not 1 / HEALTH_GAIN <= q[i] / q[0] <= HEALTH_GAIN:
+                why.append(f"mean h^2 {q[i] / q[0]:.3g} x layer 1's: the signal {'collapses' if q[i] < q[0] else 'explodes'}")
+            if why:
+                out.append(f"layer {l}: " + "; ".join(why))
+        return out
+
     def table(self) -> str:
         """Per layer: each statistic measured / theory / band, a status word; then one line per flagged layer
         saying what is off and why, and the descriptive statistics."""
@@ -176,7 +200,10 @@ class Protocol(ToXarray):
         verdict = {True: "ok", False: "NOT ok", None: "inconclusive (nothing compared)"}[self.ok]
         rows.append(f"{int((status == 1).sum())} of {len(self.layers)} layers outside a band, "
                     f"{int((status == 2).sum())} non-finite, {int((status == 3).sum())} not compared: {verdict}.")
-        rows += list(self.notes) + [self._describe_table()]
+        health = self.health
+        rows.append(f"initialisation health (measured, independent of the theory check): "
+                    + (f"{len(health)} layer(s) flagged" if health else f"no layer beyond a factor {HEALTH_GAIN:g}"))
+        rows += health + list(self.notes) + [self._describe_table()]
         return "\n".join(rows)
 
     def _describe_table(self):

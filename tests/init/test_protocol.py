@@ -242,3 +242,17 @@ def test_protocol_figure_draws_theory_band_and_flags(tmp_path):
     assert ratio.get_yscale() == "log" and fig.axes[p.stats.index("mean")].get_yscale() == "linear"
     q_labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "outside the band" not in q_labels
+
+
+def test_health_flags_vanishing_gradients_at_a_small_weight_variance():
+    """Measured health, independent of the theory check: tanh at sigma_w2 = 1/3 (torch's default scale) has
+    chi1 ~ 1/3 per layer, so over 8 layers the gradient RMS falls by far more than HEALTH_GAIN = 100 and the first
+    layers are flagged as vanishing, while the theory check itself passes; at the edge of chaos nothing is flagged."""
+    from symfield.init.protocol import HEALTH_GAIN
+    hs, gs = _net("tanh", 1 / 3, 0.001, depth=8)
+    p = sf.init.protocol(hs, "tanh", 1 / 3, 0.001, grads=gs)
+    assert p.health and "vanishing" in p.health[0] and p.health[0].startswith("layer 1:")
+    assert HEALTH_GAIN == 100.0 and "initialisation health" in p.table()
+    sw = float(sf.eoc("tanh", TANH_SB).sigma_w2)
+    hs, gs = _net("tanh", sw, TANH_SB, depth=8)
+    assert sf.init.protocol(hs, "tanh", sw, TANH_SB, grads=gs).health == []

@@ -14,6 +14,13 @@ edge of chaos (chi1 = 1, c* = 1): Theta_aa = l q* + O(1) and Theta_ab/Theta_aa t
                                         Theta_ab ~ beta l with beta = q* - 2 beta, so the limit is 1/3;
     relu family (alpha x + beta |x|):   theta_l ~ 3 pi/(2 r l) (r = beta^2/(alpha^2 + beta^2)), and
                                         sigma_w2 Tdot_ab = 1 - 2 r theta/pi = 1 - 3/l: the limit is 1/4.
+
+q* = 0 or inf with positively homogeneous psi (the relu family and its pools): Theta scales with q_l (to 0 or inf),
+and the normalised NTK theta = Theta/q obeys theta_aa' = 1 + rho theta_aa, rho = chi1/(sigma_w2 V(1)) (exactly at
+sigma_b2 = 0, asymptotically where q* = inf), with the c-map at q = 1. The regime, xi_1 = -1/log rho and the ratio
+limit are those of theta: rho < 1 ordered (theta_aa -> 1/(1 - rho); relu+max2: rho = 3/4/(3/4 + 1/(2 pi)) at every
+sigma_w2), rho = 1 the edge (the relu family, E[psi'^2] = V(1): the same 1/4 limit at every sigma_w2).
+q* = 0 otherwise (chi1 < 1 at q -> 0): Theta -> 0. q* = inf for other psi: the depth scale is not derived (NaN).
 """
 from __future__ import annotations
 
@@ -39,7 +46,9 @@ class Trainability:
     ``chi1``, ``chi_c_star``, ``theta_star`` (Theta_aa's limit; inf where it grows), ``theta_ab_star``,
     ``xi_1`` = -1/log chi1, ``xi_star`` = -1/(log chi_c* - log chi1), ``depth_scale`` (xi_1 ordered, xi* chaotic,
     inf on the edge), ``eoc_ratio_limit`` (lim Theta_ab/Theta_aa on the edge of chaos: 1/3 smooth, 1/4 relu
-    family, None elsewhere or where not derived), ``note``."""
+    family, None elsewhere or where not derived), ``note``, ``q_growth`` (sigma_w2 V(1) where q* is 0 or inf and
+    psi is positively homogeneous: the regime, xi_1 and the limit then describe Theta/q, module docstring).
+    Where a quantity is not derived it is NaN and ``note`` says why."""
     regime: str
     phase: str
     q_star: float
@@ -53,6 +62,7 @@ class Trainability:
     depth_scale: float
     eoc_ratio_limit: float | None
     note: str = ""
+    q_growth: float | None = None
 
 
 def _xi(rate: float) -> float:
@@ -101,15 +111,18 @@ def trainability(act: str | Activation, sigma_w2: float, sigma_b2: float, eoc_to
     sb = float(check.real(_F, "sigma_b2", sigma_b2, lo=0))
     ph = phase(act, sw, sb, eoc_tol=eoc_tol, full=True)
     qs, cs, chi1 = ph.q_star, ph.c_star, ph.slope
+    phase_note = ph.note if len(ph.note) < 300 else ""
+    if K.degree_one and not 0 < qs < math.inf:
+        return _homogeneous_limit(K, ph, sw, eoc_tol, phase_note)
     if cs >= 1 and abs(chi1 - 1) <= eoc_tol:
         regime = "edge-of-chaos"
     else:
         regime = "ordered" if chi1 < 1 else "chaotic"
-    if cs < 1 and 0 < qs < math.inf:
+    finite_q = 0 < qs < math.inf
+    if cs < 1 and finite_q:
         chi_c = float(sw * maps(K).dC(np.array([qs]), np.array([qs]), np.array([cs * qs]))[0])
     else:
         chi_c = chi1
-    finite_q = 0 < qs < math.inf
     theta = qs / (1 - chi1) if chi1 < 1 and finite_q else math.inf
     theta_ab = cs * qs / (1 - chi_c) if chi_c < 1 and finite_q else math.inf
     xi_1 = _xi(chi1)
@@ -118,14 +131,50 @@ def trainability(act: str | Activation, sigma_w2: float, sigma_b2: float, eoc_to
     if regime == "edge-of-chaos":
         limit, note = _eoc_limit(K, qs)
     depth = {"ordered": xi_1, "chaotic": xi_star}.get(regime, math.inf)
+    if qs == 0 and chi1 < 1 - eoc_tol:
+        theta = theta_ab = 0.0
+        note = "; ".join(p for p in (note, "q* = 0 with chi1 < 1 at q -> 0: Theta_aa and Theta_ab fall to 0") if p)
+    elif qs == math.inf:
+        xi_star, depth = math.nan, (math.inf if regime == "edge-of-chaos" else math.nan)
+        note = "; ".join(p for p in (note, "q* = inf and psi is not positively homogeneous: the NTK's depth scale "
+                                     "is not derived (NaN); its maps only tend to those of psi's large-q limit") if p)
     return Trainability(regime, ph.label, qs, cs, chi1, chi_c, theta, theta_ab, xi_1, xi_star, depth, limit,
-                        "; ".join(p for p in (note, ph.note if len(ph.note) < 300 else "") if p))
+                        "; ".join(p for p in (note, phase_note) if p))
 
+
+def _homogeneous_limit(K, ph, sw: float, eoc_tol: float, phase_note: str) -> Trainability:
+    """q* = 0 or inf, psi positively homogeneous: the regime and depth scales of the normalised NTK Theta/q
+    (module docstring): theta_aa' = 1 + rho theta_aa with rho = chi1/(sigma_w2 V(1)), the c-map at q = 1."""
+    qs, cs, chi1 = ph.q_star, ph.c_star, ph.slope
+    growth = float(sw * maps(K).V(np.array([1.0]))[0])
+    rho = chi1 / growth
+    scale = 0.0 if qs == 0 else math.inf           # where Theta itself goes
+    limit, why = None, ""
+    if cs < 1:
+        chi_c = float(sw * maps(K).dC(np.array([1.0]), np.array([1.0]), np.array([cs]))[0])
+        regime, xi_star = "chaotic", -1 / (math.log(chi_c) - math.log(chi1)) if chi_c > 0 else 0.0
+        depth = xi_star
+    else:
+        chi_c, xi_star = chi1, math.inf
+        if abs(rho - 1) <= eoc_tol:
+            regime, depth = "edge-of-chaos", math.inf
+            limit, why = _eoc_limit(K, 1.0)
+        elif rho < 1:
+            regime, depth = "ordered", _xi(rho)
+            why = f"Theta_aa/q -> 1/(1 - rho) = {1 / (1 - rho):.10g}, approached like rho^l"
+        else:
+            regime, depth = "chaotic", math.nan
+            why = "c* = 1 with rho > 1: the normalised NTK's depth scale is not derived (NaN)"
+    note = (f"q* = {qs:g} and psi is positively homogeneous: Theta -> {scale:g} with q, and regime, xi_1 and the "
+            f"limit describe Theta/q, whose slope is rho = chi1/(sigma_w2 V(1)) = {chi1:.10g}/{growth:.10g} = {rho:.10g}")
+    return Trainability(regime, ph.label, qs, cs, chi1, chi_c, scale, scale, _xi(rho), xi_star, depth, limit,
+                        "; ".join(p for p in (note, why, phase_note) if p), growth)
 
 def depth_scale_fields(K, sw: np.ndarray, qs: np.ndarray, cs: np.ndarray, slope: np.ndarray,
                        eoc_tol: float) -> tuple[np.ndarray, np.ndarray]:
     """(chi_c*, depth scale) on arrays of fixed points (as :func:`trainability`, vectorised): xi_1 = -1/log chi1
-    where c* = 1 and chi1 < 1, xi* = -1/(log chi_c* - log chi1) where c* < 1, inf on the edge of chaos."""
+    where c* = 1 and chi1 < 1, xi* = -1/(log chi_c* - log chi1) where c* < 1, inf on the edge of chaos; where q* is
+    0 or inf and psi is positively homogeneous, those of the normalised NTK Theta/q (slope rho = chi1/(sigma_w2 V(1)))."""
     chi_c = np.array(slope, dtype=float)
     inner = (cs < 1) & (qs > 0) & np.isfinite(qs)
     if inner.any():
@@ -136,4 +185,16 @@ def depth_scale_fields(K, sw: np.ndarray, qs: np.ndarray, cs: np.ndarray, slope:
     edge = (cs >= 1) & (np.abs(slope - 1) <= eoc_tol)
     # not derived (NaN): q* = 0 or inf with c* < 1, and c* = 1 with chi1 > 1 (chaotic deep prejudice)
     out = np.where(cs >= 1, np.where(slope < 1, xi_1, np.nan), np.where(inner, xi_s, np.nan))
-    return chi_c, np.where(edge, np.inf, out)
+    out = np.where(edge, np.inf, out)
+    lim = ~((qs > 0) & np.isfinite(qs))
+    if K.degree_one and lim.any():     # the normalised NTK Theta/q, as trainability's _homogeneous_limit
+        rho = slope[lim] / (sw[lim] * maps(K).V(np.ones(int(lim.sum()))))
+        c_l, chi_l = cs[lim], chi_c[lim]
+        part = c_l < 1
+        if part.any():
+            chi_l[part] = sw[lim][part] * maps(K).dC(np.ones(int(part.sum())), np.ones(int(part.sum())), c_l[part])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            xs = -1 / (np.log(chi_l) - np.log(slope[lim]))
+            d = np.where(np.abs(rho - 1) <= eoc_tol, np.inf, np.where(rho < 1, -1 / np.log(rho), np.nan))
+        chi_c[lim], out[lim] = chi_l, np.where(part, xs, d)
+    return chi_c, out

@@ -605,10 +605,14 @@ def _protocol_panel(ax, p, name):
     ax.plot(layers, x, "o", color="#c44e52", ms=5, label="measured" + (", pooled" if seeds.shape[0] > 1 else ""))
     if flagged.any():
         ax.plot(layers[flagged], x[flagged], "x", color="k", ms=9, mew=2, label="outside the band")
-    if log and np.any(np.isfinite(x) & (x > 0)):
+    log = log and bool(np.any(np.isfinite(x) & (x > 0)))
+    if log:
         ax.set_yscale("log")
+        seen = np.concatenate([x[np.isfinite(x) & (x > 0)], seeds[np.isfinite(seeds) & (seeds > 0)]])
+        lo, hi = ax.get_ylim()      # a theory or band far from every measurement is cut at 1e3 of their range
+        ax.set_ylim(max(lo, seen.min() / 1e3), min(hi, seen.max() * 1e3))
     ax.set_xlabel("layer $l$")
-    ax.set_title(PROTOCOL_LABELS[name], fontsize=9)
+    ax.set_title(PROTOCOL_LABELS[name] + (" (0 is not drawn)" if log and np.any(x == 0) else ""), fontsize=9)
     ax.legend(fontsize=7)
 
 

@@ -1,41 +1,18 @@
 """Finite-width Monte Carlo networks at initialisation (float64, NumPy only, seeded).
 
-Network (docs/theory.md sections 1, 4, 8), width N, inputs x_a (a = 1..P) of dimension d:
+Network (docs/theory.md sections 1, 4, 8), width N, P inputs: layer 1 linear, then
+y = repeat_k(pool_k(phi(h))) and h' = W y + b (plain) or h' = h + alpha (W y + b) (``residual=alpha``),
+W_ij ~ N(0, sigma_w2/fan_in), b_i ~ N(0, sigma_b2).
 
-    h^(1) = W^(1) x + b^(1)                                   (layer 1 is linear)
-    y^(l) = repeat_k( pool_k( phi(h^(l)) ) )                  (pool of k consecutive nodes, max or mean,
-                                                               each pooled value repeated k times)
-    h^(l+1) = W^(l+1) y^(l) + b^(l+1)                          (plain)
-    h^(l+1) = h^(l) + alpha (W^(l+1) y^(l) + b^(l+1))          (residual=alpha)
+Inputs (``inputs=``): "orthonormal" (default; d = input_dim >= P, default P; q^(0) = I exactly), "gaussian"
+(d default 1000; q^(0) = I in expectation) or an explicit (P, d) array, drawn once and shared by all ``n_networks`` networks.
 
-with W_ij ~ N(0, sigma_w2/fan_in), b_i ~ N(0, sigma_b2). The residual block gives exactly the
-infinite-width law of ``sf.propagate(..., residual=alpha)``: the increment has fresh zero-mean
-weights, so E[h'_a h'_b] = E[h_a h_b] + alpha^2 (sigma_w2 E[y_a y_b] + sigma_b2).
-
-Inputs (``inputs=``): "orthonormal" (default) -- P rows of a Haar-random orthogonal d x d matrix
-scaled by sqrt(d), d = input_dim >= P (default P), so q^(0)_aa = |x_a|^2/d = 1 and
-q^(0)_ab = 0 EXACTLY; "gaussian" -- x_aj i.i.d. N(0, 1), d = input_dim (default 1000), so
-q^(0) = I only in expectation; or an explicit (P, d) array. The inputs are drawn once and
-shared by all ``n_networks`` networks.
-
-Gram method (default, exact reparametrisation). Given the previous layer's outputs Y (P x N),
-the rows of W and the entries of b are independent of Y, so the P-vectors of pre-activations
-of the N output nodes, h_i = (sum_j W_ij Y_aj + b_i)_a, are i.i.d. over i with law
-
-    h_i ~ N(0, M),   M = (sigma_w2/N) Y Y^T + sigma_b2 1 1^T      (P x P).
-
-Hence H = L Z with L L^T = M (eigendecomposition, negative rounding eigenvalues clipped to 0,
-so it is safe for singular M, e.g. c -> 1) and Z a fresh P x N standard normal matrix has
-EXACTLY the same joint law, layer by layer, as the network with explicit weights -- every
-per-layer statistic below has the same distribution. Cost O(N P^2) time and O(N P) memory
-per layer, no N x N weight matrix. ``method="weights"`` builds the explicit matrices (one
-layer at a time, regenerated from per-layer seeds) and is used to test that claim and for
-gradients (:func:`class_gradients`), which need the weights themselves.
-
-Seeds: ``numpy.random.SeedSequence(seed)`` spawns one child for the inputs/labels and one per
-network; a network's child spawns one seed per layer (weights) or drives one generator (Gram).
-The same seed gives identical arrays; batching networks differently changes results only by
-rounding (BLAS summation order), never the random numbers.
+Gram method (default): given layer outputs Y (P x N), the P-vectors of pre-activations of the N output
+nodes are i.i.d. N(0, M), M = (sigma_w2/N) Y Y^T + sigma_b2 1 1^T, so H = L Z with L L^T = M has EXACTLY
+the joint law of the network with explicit weights, at O(N P^2) per layer. ``method="weights"`` builds
+the explicit matrices (to test that claim, and for :func:`class_gradients`). Seeds: one
+``numpy.random.SeedSequence(seed)`` child for the inputs/labels and one per network; the same seed gives
+identical arrays.
 """
 from __future__ import annotations
 
@@ -456,8 +433,8 @@ def simulate(act: str | Activation, width: int, depth: int, sigma_w2: float, sig
     exactly from its P x P Gram matrix (module docstring); ``"weights"`` uses explicit weight
     matrices. ``residual=alpha``: h^(l+1) = h^(l) + alpha (W y^(l) + b) for l >= 1.
     ``blas_threads``: BLAS threads during the run (default 1; None leaves the setting alone). The
-    products are P x P x N: on a busy two-core machine two BLAS threads thrash (measured 64 s vs
-    18 s for width 10000, depth 100, 200 inputs); one thread takes ~20 s for that size.
+    products are P x P x N: on a busy two-core machine two BLAS threads thrash, so one thread is the
+    faster default.
 
     Parameters
     ----------

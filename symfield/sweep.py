@@ -3,17 +3,14 @@
     r = sweep("eoc", "tanh", "runs/tanh-eoc", sigma_b2=np.linspace(0.01, 0.3, 30), dps=30)
     r["sigma_w2"], r.mp("sigma_w2"), r.computed, r.reused
 
-Kinds: "eoc" and "neutrality" (sf.eoc_curve / sf.neutrality per chunk of sigma_b2, float64 or
-``dps``), "phase" (sf.phase_diagram on tiles of the sigma_w2 x sigma_b2 grid), "verify"
-(symfield.reports.verify.verify on chunks of a list of formulas). The ``symfield sweep`` command
-that drives it is symfield/cli/sweep.py.
+Kinds: "eoc", "neutrality", "phase" (tiles of the sigma_w2 x sigma_b2 grid) and "verify" (chunks of a
+list of formulas); the ``symfield sweep`` command is symfield/cli/sweep.py.
 
-The results directory holds ``manifest.json`` (kind, activation, parameters, chunk list and a
-hash of them), one ``chunk-NNNNNN.npz`` per finished chunk (written by the driver as each chunk
-completes: temp file, then os.replace), ``log.jsonl`` (which run computed which chunk, seconds)
-and ``result.npz``, assembled from the chunk files only. A rerun into the same directory skips
-chunks whose files exist, so an interrupted sweep resumes and its result is byte-identical to an
-uninterrupted run; a directory holding a different sweep is refused.
+The results directory holds ``manifest.json`` (kind, activation, parameters, chunk list and their hash),
+one ``chunk-NNNNNN.npz`` per finished chunk (written atomically as each completes), ``log.jsonl`` and
+``result.npz``, assembled from the chunk files only. A rerun into the same directory skips finished
+chunks, so an interrupted sweep resumes with a byte-identical result; a directory holding a different
+sweep is refused.
 """
 from __future__ import annotations
 

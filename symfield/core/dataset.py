@@ -2,18 +2,15 @@
 
 :func:`build` turns named arrays over named coordinates into an ``xarray.Dataset``:
 
-- every coordinate is its own dimension (``layer``, ``sigma_w2``, ``sigma_b2``, ``network``, ``input``,
-  ``entry`` ...); a variable spans the whole coordinate grid unless ``dims[name]`` says otherwise;
+- every coordinate is its own dimension; a variable spans the whole grid unless ``dims[name]`` says otherwise;
 - variables and coordinates get ``long_name`` and ``units`` from :data:`META` (CF conventions; ``"1"``
   is dimensionless: the theory's variances are in the units of the inputs' squared entries);
-- phase codes get CF ``flag_values`` / ``flag_meanings`` (:func:`flags`): an integer variable named
-  ``codes`` or ``phase`` when the phase names are given (``phases=``, or a ``phases`` variable);
+- phase codes get CF ``flag_values`` / ``flag_meanings`` (:func:`flags`);
 - object arrays of mpmath numbers become float64 plus ``<name>_mp``, the text to ``dps`` digits;
-- ``attrs["params"]`` holds the parameters as JSON text and each scalar parameter is also an
-  attribute of its own (bool as int: netCDF has no bool).
+- ``attrs["params"]`` holds the parameters as JSON text, each scalar parameter also as its own attribute.
 
 xarray is imported inside :func:`build` only, so ``import symfield`` stays light. The .nc writers
-(symfield/io/output.py, symfield/sweep.py) call :func:`build`; files add provenance on top.
+(symfield/io/output.py, symfield/sweep.py) call :func:`build` (docs/numerics.md section 9).
 """
 from __future__ import annotations
 

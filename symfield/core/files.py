@@ -1,39 +1,16 @@
 """Files on disk: the cache location, atomic writes, the one .npz writer and the one authentication helper.
 
-Every file symfield writes goes to a temporary file in the target's directory and is renamed
-into place (os.replace), so a reader -- another process, a resumed run, a user after Ctrl-C --
-sees either the old file or the new one, never a partial one. ``.npz`` archives are written
-byte-stable: members in sorted order with fixed timestamps, so the same arrays give the same
-bytes (sweep chunks, tables and CLI outputs compare by content).
+Every file is written to a temporary file beside the target and renamed into place (os.replace), so a
+reader sees the old file or the new one, never a partial one; ``.npz`` archives are byte-stable.
 
-The cache is treated as a hostile disk. Threat model: another local user, or a process of this user
-that can write the cache directory but not this user's key (a sandbox, a shared or mounted cache). Nothing
-read from the cache is parsed into code or objects before :func:`authenticate` has accepted it:
+The cache is treated as a hostile disk: nothing read from it is parsed into code or objects before
+:func:`authenticate` has accepted it -- generated modules and shipped tables by their sha256, cached
+tables (:func:`save_checked_npz` / :func:`load_checked_npz`) by a digest and an HMAC under this user's
+key (:func:`seal`), numba's cache files by a sealed record of their sha256. Without a usable key, or
+a writable cache, the process uses a per-process key and temporary cache (:func:`cache_dir`, one warning).
+A file that fails its check is moved aside (:func:`quarantine`, one :class:`CacheWarning`) and rebuilt.
 
-- generated modules (numeric.codegen): the sha256 of the bytes against the digest in the file name, which
-  the loader computes from the source it generated itself;
-- shipped tables (numeric.shipped): the sha256 of the file against ``symfield/data/MANIFEST.json``, before
-  the file is parsed;
-- cached tables (:func:`save_checked_npz` / :func:`load_checked_npz`): a member ``sha256`` over the other
-  members (damage) and a member ``mac``, an HMAC-SHA256 of that digest and the file's name under this
-  user's key (forgery; the name binds a table to what it tabulates, so a signed file copied under another
-  name is refused too);
-- numba's cache files (pickles: unpickling one runs code): the sha256 of each file against a record that is
-  itself sealed with the key (numeric.codegen).
-
-The key (:func:`seal`) is 32 random bytes in ``$SYMFIELD_KEY_DIR/cache.key`` (default
-``${XDG_CONFIG_HOME:-~/.config}/symfield``), created on first use with mode 0600 in a 0700 directory,
-outside the cache. A key file that is not a regular file owned by this user with no group/other access, or
-whose directory others can write, is not used. Where no key can be read or created, this process signs
-with a random per-process key and uses a per-process temporary cache (:func:`cache_dir`, one warning):
-files from other processes are then neither trusted nor disturbed. What this does not protect against:
-a process that can read the key (anything running as this user outside a sandbox can also edit the
-installed package), and swaps inside the window between a check and the read that follows it, which
-numba's private cache directory closes for other users (numeric.codegen).
-
-A file that fails its check or cannot be read is moved aside (:func:`quarantine`, one :class:`CacheWarning`)
-and rebuilt. A cache location that cannot be written falls back to a per-process temporary directory
-(:func:`cache_dir`, one warning).
+Threat model, key file rules and what is not protected against: docs/numerics.md section 9.
 """
 from __future__ import annotations
 

@@ -1,20 +1,12 @@
 """Time and memory budgets for slow calls (sympy steps, a phase under a verify budget), on any thread.
 
-One daemon watchdog thread per process (started by the first budgeted call, again after a fork)
-serves a registry of active budgets: thread, deadline, memory budget. When a wall-clock budget is
-spent, or the resident set size of the process (``/proc/self/statm``) has grown by more than the
-memory budget since the call started, it raises an exception in the working thread with
-``PyThreadState_SetAsyncExc``. Python code (all of SymPy, most of mpmath) sees it at its next
-bytecode; one long C call (a huge integer power) is not interrupted, which is why the formula parser
-bounds numbers before SymPy sees them.
-
-The injected exception derives from BaseException (so ``except Exception`` inside SymPy does not
-swallow it), is private to one call (so nested budgets do not steal each other's interrupts; of a
-thread's spent budgets the outermost fires) and is re-raised every :data:`REFIRE_SECONDS` while
-the call is active. A call leaves the registry before it returns, under the watchdog's lock, and
-cancels an interrupt set but not yet delivered, so none outlives its budget. At the call boundary
-it becomes :class:`TimeLimitExceeded` (:func:`call_with_time_limit`) or :class:`TooExpensive`
-(:func:`bounded`).
+One daemon watchdog thread per process serves a registry of active budgets (thread, deadline, memory
+budget). When a wall-clock budget is spent, or the process's resident set has grown by more than the
+memory budget, it raises an exception in the working thread with ``PyThreadState_SetAsyncExc``; Python
+code sees it at its next bytecode, one long C call is not interrupted. The exception derives from
+BaseException, is private to one call, is re-raised every :data:`REFIRE_SECONDS` while the call is
+active, and never outlives its budget. At the call boundary it becomes :class:`TimeLimitExceeded`
+(:func:`call_with_time_limit`) or :class:`TooExpensive` (:func:`bounded`). docs/numerics.md section 9.
 """
 from __future__ import annotations
 

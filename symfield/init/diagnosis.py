@@ -355,7 +355,7 @@ def diagnose(activations, act, sigma_w2, sigma_b2, width=None, q0=None, qab0=Non
         compared bands (a correct theory flags a network with probability <= 5 %; z = 2.865 for m = 12;
         measured coverage in :func:`family_z`).
     bands : bool
-        False skips the finite-width theory (``sf.gram_fluctuations`` takes ~20 s for tanh).
+        False skips the finite-width theory (``sf.gram_fluctuations``, the slow part for tanh).
     precision : dtype, optional
         Float type the network ran in; default each recorded array's dtype (numpy or torch). Sets the
         rounding floor of 1 - c (:func:`precision_floor`) below which c and gamma are reported as saturated

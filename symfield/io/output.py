@@ -2,24 +2,15 @@
 
 One call, :func:`save`, writes a table of named arrays over named coordinates:
 
-- ``.csv``: a first comment line ``# {...}`` (the parameters as JSON), a header, then one row per point
-  of the coordinate grid (C order). Variables over fewer coordinates than the grid (e.g. the EOC
-  line of a phase diagram) do not fit a CSV row and go only to .npz/.nc.
-- ``.npz``: every coordinate and variable, plus ``params`` (the JSON text).
-- ``.nc``: an ``xarray.Dataset`` built by :func:`symfield.core.dataset.build` (the builder behind
-  every ``to_xarray()``: long_name/units per variable, CF flag_values/flag_meanings on phase codes;
-  netCDF via xarray's default engine); ``attrs["params"]`` holds the JSON text and each scalar
-  parameter is also an attribute of its own.
+- ``.csv``: a comment line ``# {...}`` (the parameters as JSON), a header, one row per grid point (C
+  order); variables over fewer coordinates than the grid go only to .npz/.nc;
+- ``.npz``: every coordinate and variable, plus ``params`` (the JSON text);
+- ``.nc``: an ``xarray.Dataset`` built by :func:`symfield.core.dataset.build`.
 
-Every file records its provenance (:func:`symfield.core.version.provenance`: argv, UTC time, versions
-of symfield, Python, numpy, sympy, mpmath, numba, xarray): in the CSV header JSON under the key
-``"provenance"``, in .npz as the JSON text ``provenance``, in .nc as ``attrs["provenance"]`` (JSON)
-plus the CF attributes ``history`` (time and command line) and ``source``. :func:`save_result` writes
-any result object that has ``to_xarray()`` (Propagation, PhaseDiagram, Simulation, ...) the same way.
-
-Values computed with mpmath at ``dps`` = N are written as text with N significant digits
-(:func:`mp_text`, trailing zeros kept): CSV cells hold that text, .npz/.nc store float64 in the
-variable and the text in ``<name>_mp``.
+Every file records its provenance (:func:`symfield.core.version.provenance`): argv, UTC time, versions.
+:func:`save_result` writes any result object that has ``to_xarray()`` the same way. Values computed at
+``dps`` = N are written as text with N significant digits (:func:`mp_text`; ``<name>_mp`` beside the
+float64 variable in .npz/.nc). docs/numerics.md section 9.
 """
 from __future__ import annotations
 

@@ -1,22 +1,14 @@
 """Piecewise Chebyshev interpolants: nodes, coefficients from node values, evaluation, certification.
 
 The one Chebyshev fitter of symfield, shared by the 1-D tables (:mod:`symfield.numeric.table1d`) and
-the 2-D (q, theta) tables (:mod:`symfield.numeric.tables`).
-
-On a panel [a, b] the coordinate is y = (2t - a - b)/(b - a) in [-1, 1] and the interpolant of
-degree n - 1 through the first-kind nodes y_j = cos(pi (j + 1/2)/n), j = 0..n-1, is
+the 2-D (q, theta) tables (:mod:`symfield.numeric.tables`). On a panel [a, b], y = (2t - a - b)/(b - a)
+and the interpolant through the first-kind nodes y_j = cos(pi (j + 1/2)/n) is
 
     p(y) = sum_(k<n) c_k T_k(y),   c_k = (2 - [k = 0])/n sum_j f(y_j) cos(pi k (j + 1/2)/n)   (DCT-II);
 
-a tensor interpolant applies this along each axis. Certification, on values the fit has not seen:
-
-- held-out points: the second-kind points cos(pi k/n) (k = 0..n, ends included, or k = 1..n-1),
-  between the nodes, where |T_n| = 1 -- the extrema of the leading interpolation error
-  f^(n)/(2^(n-1) n!) T_n(y) -- and where the Lebesgue function is largest;
-- tail: the largest |c_k| among the last few coefficients (the resolution of the panel; for analytic
-  f, |c_k| ~ rho^-k).
-
-:func:`refine` is the adaptive 1-D fit: a panel whose held-out error exceeds the tolerance is bisected.
+a tensor interpolant applies this along each axis. Certification uses values the fit has not seen
+(the second-kind points between the nodes) and the size of the last coefficients; :func:`refine`
+bisects a panel whose held-out error exceeds the tolerance (docs/numerics.md section 3).
 """
 from __future__ import annotations
 

@@ -2,19 +2,15 @@
 
 One callable per kernel and number type, ``D(q1, q2, q12, d)`` (float64 arrays, or mpmath at dps):
 
-- closed forms: the symbolic forms of :func:`symfield.symbolic.distance.distance` -- in d where c >= 1/2
-  (d <= (q1 + q2)/2), in q12 elsewhere;
-- single-node psi without a closed form, smooth (no kinks), equal norms, small d: with u = m + delta/2,
-  v = m - delta/2 (m ~ N(0, q - d/4) and delta ~ N(0, d) independent), in float64 the mean-value form
-  D = d E_w[w^2 E_m[(int_{-1/2}^{1/2} psi'(m + t sqrt(d) w) dt)^2]] (:func:`_meanvalue_f64`), in mpmath the series
-
-      D = sum_k d^k (2k-1)!!/4^k  sum_{i + j = 2k, i, j odd} 4 E_m[psi^(i) psi^(j)] / (i! j!)
-
-  (k = 1: d E[psi'^2]; k = 2: d^2 E[psi' psi''']/4), every term a 1-D Gaussian expectation at variance
-  q - d/4, summed until the terms fall below 10^-(dps + guard); both for d <= SERIES_D;
+- closed forms: the symbolic forms of :func:`symfield.symbolic.distance.distance` -- in d where c >= 1/2,
+  in q12 elsewhere;
+- smooth single-node psi without a closed form, equal norms, d <= SERIES_D: a mean-value form in float64
+  (:func:`_meanvalue_f64`), a series in d in mpmath (:func:`_series_mp`);
 - avg-pools: D_phi / k + (1 - 1/k) (mean(q1) - mean(q2))^2;
-- otherwise the plain difference V(q1) + V(q2) - 2 C(q1, q2, q12), at dps + log10(V/d) extra digits in
-  mpmath; in float64 it loses digits as c -> 1 (``exact`` False says so).
+- otherwise the plain difference V(q1) + V(q2) - 2 C(q1, q2, q12), with extra digits in mpmath; in
+  float64 it loses digits as c -> 1 (``exact`` False says so).
+
+The forms and the series: docs/numerics.md section 6.
 """
 from __future__ import annotations
 
@@ -104,7 +100,7 @@ def _plain_rule(K, dps):
 
 @lru_cache(maxsize=64)
 def _derivative_pairs(phi: sp.Expr, terms: int):
-    """[(k, coefficient, psi^(i), psi^(j))] of the series (see the module docstring)."""
+    """[(k, coefficient, psi^(i), psi^(j))] of the series (docs/numerics.md section 6)."""
     out = []
     for k in range(1, terms + 1):
         dfact = sp.factorial2(2 * k - 1)

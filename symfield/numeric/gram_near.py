@@ -1,36 +1,16 @@
-"""Two-input Gram ingredients that keep their digits as c -> 1 (docs/theory.md section 9.1, "near c = 1").
+"""Two-input Gram ingredients that keep their digits as c -> 1 (docs/numerics.md section 8).
 
-The finite-width recursion of sf.gram_fluctuations is carried in the rotated basis of the two inputs,
+The finite-width recursion of sf.gram_fluctuations (docs/theory.md section 9.1) is carried in the
+rotated basis of the two inputs,
 
     x = (u + v)/2,  y = u - v:   K~ = (E x^2, E y^2, E x y) = (xx, yy, xy),   yy = d = q_aa + q_bb - 2 q_ab,
 
-entries ordered (xx, yy, xy) like (aa, bb, ab). The change of basis is linear (r = T g, :data:`T`), so
-the recursion has the same form there, with Psi_x = (psi(u) + psi(v))/2 and Psi_y = psi(u) - psi(v) in
-place of psi_a, psi_b: F~ = E[(Psi_x^2, Psi_y^2, Psi_x Psi_y)], its derivatives in K~ and the covariance
-Sigma~ of those three products. Near c = 1 every entry with m indices y is of order d^(m/2), and in the
-(aa, bb, ab) basis it is a difference of O(1) numbers (lim n Var c_hat ~ d^2 from entries ~ 1: all digits
-lost at 1 - c ~ 1e-8). The rules below compute the rotated ingredients directly, each entry to its own
-relative accuracy:
-
-``arc-cosine``  psi = alpha x + beta |x| (relu, leaky relu, |x|, linear): the moments of Psi_x, Psi_y in
-    polar coordinates, (u, v) = r (sqrt(q_aa) cos t, sqrt(q_bb) cos(t - theta)), E r^2 = 2, E r^4 = 8, with the
-    angle integral split at the four sign changes, each arc by Gauss-Legendre on its own offset (exact for the
-    trigonometric polynomials there) and u - v written without cancellation; theta from its half angle,
-    sin(theta/2) = sqrt(e/(4 sqrt(q_aa q_bb))), e = d - 4 xy^2/(sqrt q_aa + sqrt q_bb)^2. The derivatives of
-    F~ are those of the distance map D = E Psi_y^2 (sympy, from its arc-cosine form in (xx, yy, xy);
-    checked at derivation in float64 against 60 digits down to d/q = 1e-200) and of V(q) = (alpha^2 + beta^2) q.
-``mean-value``  psi smooth (no kinks, single node): Price's theorem in (x, y),
-    dE f/dK~_xx = E f_xx/2, dE f/dK~_yy = E f_yy/2, dE f/dK~_xy = E f_xy (second derivatives: fourth
-    partials), with every partial of Psi_x, Psi_y a polynomial in S_k = (psi^(k)(x + y/2) + psi^(k)(x - y/2))/2
-    and A_k = psi^(k)(x + y/2) - psi^(k)(x - y/2) (d_x S_k = S_(k+1), d_x A_k = A_(k+1), d_y S_k = A_(k+1)/4,
-    d_y A_k = S_(k+1)); A_k = y int_{-1/2}^{1/2} psi^(k+1)(x + t y) dt where |y| < Y_DIRECT (6-point
-    Gauss-Legendre), so A_k/y keeps its digits. Expectations: Gauss-Hermite in y (N_Y nodes), x given y by
-    Gauss-Legendre on pieces no longer than 1.5 (and 1.5 sd) over +-9 sd. With equal norms the monomials odd
-    in the A's vanish exactly (y -> -y) and are dropped. Used for d <= SMOOTH_D; each run redoes its first
-    and last layer with a finer rule (:meth:`NearRule.error`).
-
-Other activations (pools, kinks away from 0, elu, ...) have no rule here: the caller uses the (aa, bb, ab)
-ingredients, rotated (:func:`rotate_terms`), and flags the layers where that loses digits.
+entries ordered (xx, yy, xy) like (aa, bb, ab); the change of basis is linear (r = T g, :data:`T`), with
+Psi_x = (psi(u) + psi(v))/2 and Psi_y = psi(u) - psi(v) in place of psi_a, psi_b. Two rules compute the
+rotated ingredients directly, each entry to its own relative accuracy: ``arc-cosine`` (psi = alpha x +
+beta |x|, polar coordinates) and ``mean-value`` (smooth psi, Price's theorem in (x, y), for d <= SMOOTH_D;
+:meth:`NearRule.error` redoes the first and last layer with a finer rule). Other activations use the
+(aa, bb, ab) ingredients, rotated (:func:`rotate_terms`), and flag the layers where that loses digits.
 """
 from __future__ import annotations
 
@@ -177,7 +157,7 @@ class NearRule:
 
 @lru_cache(maxsize=64)
 def near_rule(act: Activation) -> NearRule | None:
-    """The stable rule for ``act`` (module docstring), or None."""
+    """The stable rule for ``act`` (module docstring, docs/numerics.md section 8), or None."""
     if act.pool is not None and act.k > 1:
         return None
     h = homogeneous(act.expr)

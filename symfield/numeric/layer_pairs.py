@@ -1,25 +1,12 @@
-"""Gaussian expectations over one node of a residual network seen at two depths.
+"""Gaussian expectations over one node of a residual network seen at two depths (docs/theory.md section 9.3).
 
 A node of two inputs (a, b) is y = z^(m) ~ N(0, K) at layer m and w = z^(l) = y + Delta at a later
 layer l, with the increment Delta ~ N(0, D), D = K^(l) - K^(m), independent of y. Expectations of
-products of functions of y_a, y_b, w_a, w_b (and Delta) are four-dimensional. They are taken by
-nested one-dimensional rules in the order Delta_a, Delta_b | Delta_a, y_a, y_b | y_a, each a
-Gauss-Legendre rule on +-CUT standard deviations, split where the integrand is not smooth:
-
-    y_b   at  kappa and kappa - Delta_b                    (kinks of phi(y_b), phi(w_b))
-    y_a   at  kappa, kappa - Delta_a, and where the mean of y_b given y_a, rho y_a, reaches
-              kappa or kappa - Delta_b (there the inner integral has a corner of width sd(y_b | y_a))
-    Delta_b  at  kappa - kappa'  (two parallel kink lines in y_b meet)
-    Delta_a  at  kappa - kappa'  and where the mean of Delta_b given Delta_a reaches kappa - kappa'
-
-for every pair of kinks kappa, kappa' of phi. 0 is always treated as a kink: the smooth activations
-bend there (tanh at large variance is nearly a step), so the pieces stay analytic and short.
-Every level is also split at its mean +- TAIL standard deviations, and activations that bend
-smoothly get pieces of length ``panels`` on each side of their bends (tanh has poles at +-i pi/2).
-Within a piece the integrand is analytic and the rule converges geometrically: with PRUNE = 1e-20              # nodes lighter than this are dropped
-ORDER = 8 the
-relative error is ~1e-6 for relu and tanh (tests/theory/test_gram.py measures it against a finer rule
-and independent oracles). :func:`pair_nodes` returns nodes and weights that any such product can be
+products of functions of y_a, y_b, w_a, w_b (and Delta) are four-dimensional; they are taken by nested
+one-dimensional Gauss-Legendre rules in the order Delta_a, Delta_b | Delta_a, y_a, y_b | y_a, split at
+the kinks of the integrand, where a conditional mean crosses a kink, and around smooth bends, so that
+every piece is analytic (docs/numerics.md section 8). The relative error is about 1e-6 for relu and tanh
+(tests/theory/test_gram.py). :func:`pair_nodes` returns nodes and weights that any such product can be
 summed against; :func:`pair_moments` the covariances the residual Gram theory needs.
 """
 from __future__ import annotations

@@ -3,17 +3,11 @@
     maps(K, dps=None) -> Maps      .V .dpsi2 .mean .dV (q)   .C .dC (q1, q2, q12)   .D (q1, q2, q12, d)
                                    .expect(expr, args, values)   .run_grid(...)   .ctx (number context)
 
-Every theory module asks this object for numbers; none chooses a path. In float64 (numpy arrays in, arrays
-out) the path of each map is, in order:
-
-- a closed form: its SymPy expression, lambdified (grids: printed into generated, compiled code);
-- an integral: a certified table where one is loaded or worth building -- the 1-D table in log q of V and
-  E[psi'^2] (:mod:`.table1d`), the (q, theta) table of C and D (:mod:`.tables`) -- else the
-  error-controlled quadrature (:mod:`.evaluate`). "Worth building" is one ski-rental rule (:class:`_Rental`):
-  build once the quadrature this kernel has spent, plus what the request at hand would spend, exceeds what
-  the build is expected to cost; at most about twice the cost of the better of "always quadrature" and
-  "build at once".
-
+Every theory module asks this object for numbers; none chooses a path. In float64 each map is, in
+order, a closed form (lambdified, or printed into compiled code for grids), a certified table
+(:mod:`.table1d`, :mod:`.tables`) where one is loaded or worth building, else the error-controlled
+quadrature (:mod:`.evaluate`). "Worth building" is one ski-rental rule (:class:`_Rental`): build once
+the quadrature already spent plus what the request would spend exceeds the expected build cost.
 In mpmath (``dps=N``) every map is its closed form or its quadrature at N digits. ``how`` names each path.
 """
 from __future__ import annotations
@@ -214,7 +208,7 @@ class Maps:
 
     def _lookup(self, name, *args):
         """Table values at flat arrays: compiled once the table module is loaded or loading it pays (the same
-        rent-or-buy rule: plain-Python lookups, ~0.3 ms each for a general table, until their total would
+        rent-or-buy rule: plain-Python lookups, at their measured cost, until their total would
         pass COMPILE_SECONDS), else the same functions as plain Python (no compilation for a few points)."""
         M, n = self.table.arrays(), args[0].size
         if self.table.kind == "homogeneous":

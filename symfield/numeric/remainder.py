@@ -1,20 +1,14 @@
-"""The variance map of a linearly growing phi at large q, without cancellation.
+"""The variance map of a linearly growing phi at large q, without cancellation (docs/numerics.md section 8).
 
 If phi(x)/x -> b (x -> +inf) and a (x -> -inf), its q -> inf limit is phi_L(x) = a min(x, 0) + b max(x, 0)
 (symfield.symbolic.limits), whose variance map is exactly q V_L(1). So, exactly,
 
-    V(q) = q V_L(1) + R(q),   R(q) = E[phi(x)^2 - phi_L(x)^2] = int d(x) exp(-x^2/(2q)) dx / sqrt(2 pi q),
+    V(q) = q V_L(1) + R(q),   R(q) = E[phi(x)^2 - phi_L(x)^2],
+    g(q) = sigma_w2 V(q) + sigma_b2 - q = (sigma_w2 V_L(1) - 1) q + sigma_w2 R(q) + sigma_b2,
 
-with d = (phi - phi_L)(phi + phi_L). Where d decays (softplus, gelu, silu, elu, mish, x erf(x): exponentially
-or faster), R(q) ~ int d / sqrt(2 pi q) is a small number, and the q*-equation
-
-    g(q) = sigma_w2 V(q) + sigma_b2 - q = (sigma_w2 V_L(1) - 1) q + sigma_w2 R(q) + sigma_b2
-
-has its leading term cancel exactly at sigma_w2 = 1/V_L(1) (He for softplus). There g must come from R, not
-from sigma_w2 V(q) - q, whose rounding (~1e-14 q) swamps R(q) above q ~ 1e8 and plants false roots (softplus
-at (2, 0): q* = 1.7e10 instead of inf). R is a fixed Gauss-Legendre rule on [-X, X] (panels of width
-1/2, the kinks as breakpoints): d is evaluated once per kernel, each q costs one weighted sum. Used for
-q >= Q_SPLIT, where the density varies by less than exp(-X^2/(2 Q_SPLIT)) over the window.
+and g is computed from R, whose value the rounding of sigma_w2 V(q) - q would swamp at large q. R is a
+fixed Gauss-Legendre rule on [-X, X]: the integrand is evaluated once per kernel, each q costs one
+weighted sum. Used for q >= Q_SPLIT.
 """
 from __future__ import annotations
 

@@ -1,20 +1,14 @@
 """Tables shipped inside the package (``symfield/data/``), so built-in activations start warm.
 
-The certified tables of :mod:`symfield.numeric.tables` and :mod:`symfield.numeric.table1d` cost seconds
-to minutes to build (one quadrature per node). For the built-in activations and pools they are built
-once, ahead of time, by ``python -m symfield.reports.ship_tables`` (which certifies every panel as
-any build does and then checks each table against independent mpmath quadrature of the defining
-integral) and shipped as package data. A process looks in its own cache first, then here.
+The certified tables of :mod:`symfield.numeric.tables` and :mod:`symfield.numeric.table1d` of the
+built-in activations and pools are built ahead of time by ``python -m symfield.reports.ship_tables``
+(which certifies every panel as any build does, then checks each table against independent mpmath
+quadrature) and shipped as package data; a process looks in its own cache first, then here.
 
-A shipped file is named by a hash of what it tabulates (the activation's expression, pool, k and the
-table parameters), not by the symfield or SymPy version, so a SymPy upgrade does not orphan it.
-The ship script records the sha256 of every file's bytes in ``data/MANIFEST.json``; a shipped file is
-read only if it is listed there and its bytes match (:func:`sha256`, checked by
-core.files.load_checked_npz before the file is parsed), and then passes the same structure checks as a
-cached file. The manifest is trusted as the package's code is: whoever can edit it can edit the code.
-A shipped file that fails is ignored with one warning (it is never moved or rewritten: the package
-directory is read-only to symfield). ``SYMFIELD_SHIPPED=0`` switches shipped tables off (the tests of
-the builders use it).
+A shipped file is named by a hash of what it tabulates, not by a version. It is read only if
+``data/MANIFEST.json`` lists its sha256 and its bytes match (:func:`sha256`, checked by
+core.files.load_checked_npz before parsing); one that fails is ignored with one warning, never moved or
+rewritten. ``SYMFIELD_SHIPPED=0`` switches shipped tables off. docs/numerics.md sections 3 and 9.
 """
 from __future__ import annotations
 

@@ -1,20 +1,15 @@
 """Certified piecewise-Chebyshev interpolants of 1-D maps f(q) (V, E[psi'^2]) for fast float64 grids.
 
 Panels in t = log2 q: [2^p, 2^(p+1)] for p = P_LO..P_HI-1, with N Chebyshev nodes each, node values
-from the accurate float64 evaluator (quadrature, ~1e-14). Certificate: on every panel the
-interpolant is compared with the evaluator at the N-1 second-kind Chebyshev points (where the
-interpolation error peaks); a panel whose error exceeds TOL (relative to max|f| on the panel) is
-split in two, recursively (:func:`symfield.numeric.chebyshev.refine`). ``error`` is the largest held-out error; points outside [2^P_LO, 2^P_HI]
-are evaluated directly (never extrapolated). A panel whose evaluations raise QuadratureError (q beyond what the
-integration rule resolves, e.g. max-pool of sin at large q) ends the table there: above it f is called directly
-and raises the same error for the caller.
+from the accurate float64 evaluator. Every panel is checked against the evaluator at the N-1
+second-kind Chebyshev points and split while its error exceeds TOL (relative to max|f| on the panel)
+(:func:`symfield.numeric.chebyshev.refine`); ``error`` is the largest held-out error. Points outside
+[2^P_LO, 2^P_HI] are evaluated directly (never extrapolated); a panel whose evaluations raise
+QuadratureError ends the table there.
 
-With a ``key`` (a string naming the map exactly, e.g. the srepr of its SymPy expression) the
-certified panels are cached on disk beside the generated code (``tables1d/``), so a new process
-loads them instead of re-running ~8e4 quadratures; the file name hashes the key, the table
-parameters and the symfield version. A cached file carries a sha256 of its arrays and its structure
-is checked (panel edges contiguous over [P_LO, P_HI], coefficients (n, N), all finite) before use;
-one that fails, or cannot be read, is moved aside with one warning and rebuilt (core.files.quarantine).
+With a ``key`` (a string naming the map exactly) the certified panels are cached on disk
+(``tables1d/``), hashed, structure-checked before use and quarantined when they fail
+(core.files.quarantine). docs/numerics.md section 3.
 """
 from __future__ import annotations
 

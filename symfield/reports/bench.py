@@ -1,21 +1,16 @@
 """Benchmark: symfield.propagate against the usual ways of computing the same recursion, in ONE run.
 
     (1) symfield   sf.propagate on the full grid (best of ``repeat``; compile/table build timed apart)
-    (2) NumPy GH   vectorised Gauss-Hermite (numpy.polynomial.hermite_e.hermegauss): V by 1-D GH,
-                   C by 2-D GH with u = sqrt(q) z1, v = sqrt(q)(c z1 + sqrt(1 - c^2) z2), at the
-                   smallest node count n whose per-step map error (vs symfield's float64 quadrature,
-                   on states of the actual trajectories) is <= ``target``; timed on a sub-grid
-    (3) SciPy      adaptive scipy.integrate.quad (V) / dblquad (C), epsabs = 0, epsrel = 1e-12, on
-                   ``scipy_samples`` cell-layers (states of the trajectories), extrapolated per cell-layer
-    (4) floor      closed forms (relu, erf): a hand-written Numba loop of the same (stable) formula that
-                   symfield derives; for erf also the cheaper textbook arcsin form (``numba-asin``)
+    (2) NumPy GH   vectorised Gauss-Hermite at the smallest node count n whose per-step map error
+                   is <= ``target``; timed on a sub-grid
+    (3) SciPy      adaptive scipy.integrate.quad (V) / dblquad (C), epsrel = 1e-12, on
+                   ``scipy_samples`` cell-layers, extrapolated per cell-layer
+    (4) floor      closed forms (relu, erf): a hand-written Numba loop of the same (stable) formula
 
 Times are per cell-layer (one grid point advanced one layer). Accuracy: at ``n_check`` random
-(cell, layer >= 2) points, the mpmath maps (symfield's ``dps=`` quadrature of the defining integral,
-sf.q_map / sf.qab_map) are evaluated on symfield's OWN inputs of that layer (layer l-1's q, q12), so
-each check measures the error of one step; errors accumulated over layers are measured by the
-mpmath layer recursions in tests/numeric/test_tables.py and, over all layers, by comparing ``n_traj`` whole
-trajectories with propagate's quadrature path (maps by symfield.numeric, no table).
+(cell, layer) points the mpmath maps are evaluated on symfield's own inputs of that layer (the error of
+one step); ``n_traj`` whole trajectories are compared with propagate's quadrature path.
+docs/numerics.md section 10.
 """
 from __future__ import annotations
 

@@ -1,19 +1,13 @@
 """``symfield bench --suite cold``: the cold-start benchmark.
 
 Every row is one user-facing call (a phase diagram, a propagation, ``sf.C``, a neutrality root, the
-README's main command), run in a NEW Python process whose ``SYMFIELD_CACHE`` (and ``NUMBA_CACHE_DIR``)
-is a new empty directory, so it pays what a new user pays: import, symbolic derivation, code
-generation, JIT, table builds. With ``warm=True`` the row runs again in another new process on the
-cache the first run filled.
-
-What is timed (``Row.metric``): "wall" -- the child process from start to exit, seen by the parent;
-"call" -- the call alone inside the child (targets below a second); "per_call" -- the mean time of a
-call once the process is warm. The child also returns a few of its results, and the parent compares 5
-of them with an oracle written from phi alone (symfield.reports.oracles.mp_expect1/mp_expect2 in
-mpmath; for max-pool covariances an independent float64 tensor quadrature of the argmax
-decomposition, below), so each row reports the max relative error next to its time. Timings are
-reported, never asserted: a row is "met" (time within target and error <= ``Row.tol``), "missed",
-"timed out" (killed after its time limit) or "failed" (the child raised).
+README's main command), run in a NEW Python process with a new empty ``SYMFIELD_CACHE`` (and
+``NUMBA_CACHE_DIR``), so it pays what a new user pays; with ``warm=True`` the row runs again on the
+cache the first run filled. ``Row.metric`` says what is timed ("wall", "call" or "per_call"). The
+parent compares a few of the child's results with an oracle written from phi alone
+(symfield.reports.oracles; for max-pool covariances an independent float64 tensor quadrature, below).
+Timings are reported, never asserted: a row is "met", "missed", "timed out" or "failed".
+docs/numerics.md section 10.
 """
 from __future__ import annotations
 

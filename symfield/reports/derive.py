@@ -1,14 +1,10 @@
 """The derivation of an activation's mean-field theory as a complete LaTeX document.
 
-    tex = derive(act)          # str: \\documentclass ... \\end{document}, deterministic
+    tex = derive(act)          # str: a complete, deterministic LaTeX document
 
-Every formula is printed by SymPy's LaTeX printer from the package's own expressions (the
-activation, its Kernel maps V, C, E[psi], E[psi'^2], dC, dV, and the expressions derived
-from them here: EOC elimination, one-layer drift ratio), with the literature's symbols
-(sigma_w^2, chi_1, q^*, ...). Prose comes from fixed templates keyed by the method that
-produced each map (``Kernel.methods``).
-
-Displays that can be read back by a machine are tagged by a comment on the line before:
+Every formula is printed by SymPy's LaTeX printer from the package's own expressions, with the
+literature's symbols; prose comes from fixed templates keyed by the method that produced each map
+(``Kernel.methods``). Displays that can be read back by a machine are tagged by a comment on the line before:
 
     % symfield-check: NAME   the display "LHS = RHS [= RHS2]" equals the quantity NAME
                              (V, C, mean, dpsi2, dC, dV, chi1, eoc_h, eoc_sw, eoc_sw0,

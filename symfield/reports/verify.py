@@ -2,33 +2,16 @@
 
     report = verify("x*erf(x)")        # report.status, report.ok, report.table(), report.to_dict()
 
-Steps (each recorded in the report):
+Steps, each recorded in the report: (1) the formula, parsed safely, with finite Gaussian moments; (2) how
+each kernel map was obtained; (3) V, C, E[psi'^2] and E[psi] by the package, by an independent mpmath
+quadrature from phi alone (symfield.reports.oracles) and by seeded Monte Carlo, within REL_TOL of the
+natural scale and MC_SIGMAS standard errors; (4) the drift E[psi] of one layer; (5) edge-of-chaos points
+(``sf.eoc``) re-checked with the mpmath integrals, an unstable EOC fixed point a warning; (6) the phase of
+standard initialisations under ``phase_seconds``; (7) problems (divergent moments, overflow, disagreements).
 
-1. Formula: parsed by the safe allow-list parser (not a formula -> FormulaError, nothing else runs);
-   Gaussian moments must be finite (log|phi|, log|phi'| = o(x^2)); a divergent formula gives a
-   report with status "fail" and the reason, and no further checks.
-2. Closed forms: how each kernel map was obtained (``Kernel.methods``).
-3. V(q), C(q1, q2, q12) and E[psi'^2](q) (= chi1 at sigma_w2 = 1), and E[psi](q), three ways:
-   the package (closed form, or its quadrature), an independent mpmath quadrature of the defining
-   integral from phi alone (symfield.reports.oracles: ``mpmath.quad`` on panels split at the kinks,
-   nested for C in the conditional form v | u), and a seeded Monte Carlo estimate with its standard error.
-   Pass: |package - mpmath| <= REL_TOL * scale and |package - MC| <= MC_SIGMAS * SE + REL_TOL * scale,
-   scale = |V|, |E psi'^2|, sqrt(V) for E[psi], sqrt(V(q1) V(q2)) for C (Cauchy-Schwarz).
-4. Drift: E[psi] != 0 means one layer with sigma_b2 = 0 turns centred inputs into drifting ones
-   (gamma^(2) = E[psi]^2/(V - E[psi]^2) at q = sigma_w2).
-5. Edge of chaos at a few sigma_b2 (``sf.eoc``), each point re-checked with the mpmath integrals:
-   sigma_w2 E[psi'^2](q*) = 1 and sigma_w2 V(q*) + sigma_b2 = q*. Where no EOC exists (sf.eoc says
-   why, e.g. positively homogeneous or E[psi'^2](0+) = 0) that is reported ("n/a"), not failed. An EOC
-   q* with q-map slope sigma_w2 V'(q*) > 1 is an UNSTABLE fixed point: a warning (the network's q
-   does not reach it, so chi1 = 1 there does not describe the network).
-6. Phase of standard initialisations (``sf.phase``), each under a CPU-time limit (``phase_seconds``).
-7. Problems: divergent moments, non-differentiable points, float64 overflow or cancellation in the
-   formula itself, disagreements between the three evaluations.
-
-Every check has a status: "pass", "fail" or "inconclusive" (it did not finish within its time
-limit, or could not run: an evaluation raised, an oracle was not finite). ``report.status`` is
-"fail" if any check failed, else "inconclusive" if any check is inconclusive, else "pass";
-``report.ok`` is True only for "pass" (every check ran and held). ``symfield verify`` exits 0, 1, 3.
+Every check is "pass", "fail" or "inconclusive" (did not finish or could not run). ``report.status`` is
+"fail" if any check failed, else "inconclusive" if any is, else "pass"; ``report.ok`` is True only for
+"pass". ``symfield verify`` exits 0, 1, 3. docs/numerics.md section 10.
 """
 from __future__ import annotations
 

@@ -3,30 +3,14 @@
     d' = sigma_w2 D(q_a, q_b, d)      (no bias term; residual: d' = d + alpha^2 sigma_w2 D)
     D(q1, q2, d) = V(q1) + V(q2) - 2 C(q1, q2, q12),   q12 = (q1 + q2 - d)/2      (docs/theory.md section 7)
 
-Mathematically D is V + V - 2C, but in float64 that difference loses every digit once 1 - c ~ 1e-16
-(the ordered phase, where gamma = q12/(q - q12) = 2 q12/d grows exponentially). The forms below are
-written in d itself and have no cancellation as d -> 0 (D/d -> E[psi'^2]):
-
-``arc-cosine``   psi = alpha x + beta |x| (relu, leaky, abs, linear) or alpha + beta sign(x):
-                 with theta the angle between u and v, sin(theta/2) = sqrt(e / 4 sqrt(q1 q2)),
-                 e = d - (sqrt q1 - sqrt q2)^2,
-                 n = 1:  D = (alpha^2 + beta^2) d - (4 beta^2/pi) sqrt(q1 q2) W(theta),  W = sin t - t cos t;
-                 n = 0:  D = 4 beta^2 theta / pi.
-``exp groups``   psi built from x^m e^(a x) (polynomials, sin, cos, exp, ...): terms c_j e^(A + k_j d) with the
-                 same d-free exponent A are summed as e^A (sum_j c_j + sum_j c_j expm1(k_j d)), and the
-                 polynomial sum_j c_j (whose d^0 part cancels exactly) is factored.
-``atan2 pairs``  erf-type kernels (2/pi) atan2(Y, X): atan2(Y1, X1) - atan2(Y2, X2) = atan2(N, X1 X2 + Y1 Y2),
-                 N = Y1 X2 - X1 Y2 = (A^2 B - C^2 E)/(A sqrt B + C sqrt E) with the numerator expanded (its d^0
-                 part cancels exactly) and factored.
-``avg-pool``     D = D_phi / k + (1 - 1/k) (mean(q1) - mean(q2))^2  (= D_phi / k at equal norms).
-
-Every form is checked numerically when derived: float64 against the plain difference in mpmath at 300
-digits, at d/q from 1e-3 down to 1e-200. A form that fails (or a kernel none of the rules fits) keeps
-the plain difference with ``stable`` False, so callers can say that gamma loses digits as c -> 1.
-Kernels without a closed form have no symbolic D here (``near_eq`` None): numeric.distance evaluates them.
-
-The forms are used where c >= 1/2 (d <= (q1 + q2)/2, "near"); elsewhere the plain difference in q12 is
-well conditioned ("far").
+In float64 the plain difference loses every digit once 1 - c ~ 1e-16, so the forms here are written in d
+itself, without cancellation as d -> 0: ``arc-cosine`` (psi = alpha x + beta |x| or alpha + beta
+sign(x)), ``exp groups`` (psi built from x^m e^(a x), summed with expm1), ``atan2 pairs`` (erf-type
+kernels, one atan2 of a difference computed exactly) and ``avg-pool``. Every form is checked when derived
+against 300-digit arithmetic down to d/q = 1e-200; a form that fails (or a kernel no rule fits) keeps the
+plain difference with ``stable`` False. Kernels without a closed form have no symbolic D (``near_eq``
+None): numeric.distance evaluates them. The forms are used where c >= 1/2 ("near"), the plain
+difference elsewhere ("far"). docs/numerics.md section 6.
 """
 from __future__ import annotations
 
@@ -123,7 +107,7 @@ def _plain(V, C, args):
 
 @lru_cache(maxsize=128)
 def distance(K: Kernel) -> Distance:
-    """The distance map of kernel ``K`` (cached); see the module docstring."""
+    """The distance map of kernel ``K`` (cached); see the module docstring and docs/numerics.md section 6."""
     far = plain(K, "far")
     if not K.closed_form:
         return Distance(None, None, far, "no closed form (numeric rule)", False)

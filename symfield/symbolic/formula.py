@@ -1,19 +1,16 @@
 """Safe parser for user-typed activation formulas in the variable ``x``.
 
-The text is parsed by Python's ``ast`` (which only builds a tree, executes nothing)
-and the tree is walked with an allow-list: numbers, ``x``, ``pi``, ``e``,
-``+ - * / **`` and the named functions in :data:`FUNCTIONS`. Every other node
-(attributes, subscripts, comparisons, lambdas, keyword arguments, strings, other
-names, ...) is refused. The SymPy expression is built node by node, never by
+The text is parsed by Python's ``ast`` (which only builds a tree, executes nothing) and the tree is
+walked with an allow-list: numbers, ``x``, ``pi``, ``e``, ``+ - * / **`` and the named functions in
+:data:`FUNCTIONS`; every other node is refused. The SymPy expression is built node by node, never by
 ``eval`` or ``sympify`` of the raw text.
 
-Before SymPy touches the tree it is bounded (:func:`_bound`): size (MAX_LENGTH, MAX_NODES), nesting
-depth (MAX_DEPTH), every constant subtree evaluated in mpmath at 64 bits and refused unless 0 or
-between 1e-300 and 1e300 in magnitude (so no huge integer power or exp tower is ever built), exponents
-of at most MAX_EXPONENT with denominators of at most MAX_DENOMINATOR, the polynomial degree in x of
-every algebraic subtree at most MAX_EXPONENT, and at most MAX_EXP_NESTING nested exp/sinh/cosh/variable
-powers of x. After SymPy combines powers the exponents of x are checked again, and rationals with
-more than 30 digits (1e-300 = 1/10^300, 1e-29**10) become 30-digit Floats (MAX_EXACT).
+Before SymPy touches the tree it is bounded (:func:`_bound`): size (MAX_LENGTH, MAX_NODES), depth
+(MAX_DEPTH), every constant subtree evaluated in mpmath and refused unless 0 or between 1e-300 and 1e300
+in magnitude, exponents at most MAX_EXPONENT with denominators at most MAX_DENOMINATOR, the polynomial
+degree of every algebraic subtree at most MAX_EXPONENT, and at most MAX_EXP_NESTING nested
+exponentials. After SymPy combines powers the exponents of x are checked again, and rationals with more
+than 30 digits become 30-digit Floats (MAX_EXACT).
 """
 from __future__ import annotations
 

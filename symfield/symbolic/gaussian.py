@@ -1,26 +1,17 @@
-"""Symbolic Gaussian expectations E[f(u)] and E[f(u) g(v)].
+"""Symbolic Gaussian expectations E[f(u)] and E[f(u) g(v)] (docs/theory.md section 3).
 
     u ~ N(0, q)  (one node);   (u, v) ~ N(0, [[q1, q12], [q12, q2]])  (two inputs).
 
 Methods, tried in this order (the name of the one that succeeded is returned):
 
-``arccos``     f, g piecewise homogeneous of degree n (f(t) = b t^n, f(-t) = (-1)^n a t^n... for
-               t > 0): the arc-cosine kernels (n = 0, 1, Cho & Saul) with theta = atan2(S, q12),
-               S = sqrt(q1 q2 - q12^2); 1-D: E[z^n; z > 0] = 2^(n/2 - 1) Gamma((n+1)/2)/sqrt(pi).
-``basis``      f, g linear combinations of x^m e^(alpha x) (polynomials, exp, sin, cos, sinh...),
-               erf(b x) and exp(-alpha x^2): pairwise tables -- the moment generating function
-               M(s, t) = exp((s^2 q1 + 2 s t q12 + t^2 q2)/2) differentiated m, n times at
-               (alpha, beta) (Isserlis moments when alpha = beta = 0); the arcsin kernel
-               E[erf(a u) erf(b v)] = (2/pi) atan2(2 a b q12, sqrt(1 + 2a^2 q1 + 2b^2 q2
-               + 4 a^2 b^2 (q1 q2 - q12^2))); E[e^(-a u^2 - b v^2)] = 1/sqrt((1+2a q1)(1+2b q2) - 4ab q12^2).
-``stein``      (1-D) sums of x^m e^(-a x^2) prod_i erf(b_i x) (gelu, x erf(x), erf's dV): Gaussian
-               reweighting E_q[F e^(-a x^2)] = E_q'[F]/sqrt(1+2aq), q' = q/(1+2aq), and Stein's lemma
-               E[x F(x)] = q E[F'(x)], down to Gaussian moments and the arcsin kernel.
-``halfline``   (1-D) f, g piecewise with a kink at 0 and pieces of the x^m e^(alpha x) kind:
-               E[x^m e^(alpha x); x > 0] from the half-line MGF e^(s^2 q/2) erfc(-s sqrt(q/2))/2.
+``arccos``     f, g piecewise homogeneous of degree n = 0, 1: the arc-cosine kernels (Cho & Saul).
+``basis``      f, g combinations of x^m e^(alpha x), erf(b x) and exp(-alpha x^2): pairwise tables from the
+               moment generating function, the arcsin kernel of erf, Gaussian products.
+``stein``      (1-D) sums of x^m e^(-a x^2) prod_i erf(b_i x) (gelu, x erf(x)): Gaussian reweighting and
+               Stein's lemma, down to Gaussian moments and the arcsin kernel.
+``halfline``   (1-D) pieces of the x^m e^(alpha x) kind with a kink at 0: the half-line MGF.
 ``integrate``  (1-D) sympy.integrate under a time limit, checked numerically afterwards.
-``integral``   no closed form found: the defining integral is kept (unevaluated sympy Integral
-               over standard normal z, z1, z2 with u = sqrt(q1) z1, v = sqrt(q2)(c z1 + sqrt(1-c^2) z2)).
+``integral``   no closed form found: the defining integral is kept (an unevaluated sympy Integral).
 """
 from __future__ import annotations
 

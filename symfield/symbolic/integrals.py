@@ -1,32 +1,18 @@
 """Unevaluated Gaussian integrals that say what they compute.
 
-Where no closed form exists a kernel map keeps its defining integral. Each such integral is a
-:class:`GaussianIntegral`: a ``sympy.Integral`` (it prints, compares and substitutes as one)
-that also carries an :class:`Integrand` -- the x-space functions and the law they are integrated
-against -- so that the numeric layer, the LaTeX report and the finite-width code read its meaning
-from the object itself:
+Where no closed form exists a kernel map keeps its defining integral, a :class:`GaussianIntegral`: a
+``sympy.Integral`` (it prints, compares and substitutes as one) that also carries an :class:`Integrand`
+-- the x-space functions and the law they are integrated against -- so that the numeric layer, the LaTeX
+report and the finite-width code read its meaning from the object itself. :class:`Kind` names the laws:
+one normal (NORMAL1), a normal pair (NORMAL2), the maximum of k normals (MAX1), the pair of maxima h_k
+and its argmax term (MAX2, ARGMAX2), and the argmax node of a non-monotone phi (LEVEL1, LEVEL2;
+docs/theory.md section 4).
 
-    Kind.NORMAL1   E[f(u)],           u ~ N(0, q)
-    Kind.NORMAL2   E[f(u) g(v)],      (u, v) ~ N(0, [[q1, q12], [q12, q2]])
-    Kind.MAX1      E[f(sqrt(q) M_k)], M_k the maximum of k standard normals (density k n Phi^(k-1))
-    Kind.MAX2      E[f(sqrt(q1) S) g(sqrt(q2) T)] against h_k, the density of the two maxima
-    Kind.ARGMAX2   the same against the argmax term k F^(k-1) rho_c of h_k (Price's theorem)
-    Kind.LEVEL1    E[f(u_A)], u_A the argmax node of phi over k nodes (phi not monotone)
-    Kind.LEVEL2    E[f(u_A) g(v_B)] against the argmax-pair density (argmax_only: its A = B part)
-
-A 1-D integral is a function of one scale symbol (q, or q1/q2 after substitution); it is read
-off the integral's free symbols.
-
-Numbers, as for any sympy Integral: ``N``/``evalf``/``float`` and ``lambdify`` (modules "mpmath",
-"numpy", "scipy") evaluate the defining integral itself, E[body(z)] over one or two i.i.d. standard
-normals (body = the integrand divided by the Gaussian density), split at the kinks of the integrand
-(the zeros of :func:`~symfield.symbolic.activation.kink_args`; in 2-D the inner kinks as functions of
-the outer variable), by the error-controlled quadrature the numeric layer installs
-(:func:`install_quadrature`, done by importing ``symfield.numeric.evaluate``, hence by ``import
-symfield``).  evalf gives the requested digits or leaves the integral unevaluated (the quadrature
-could not confirm them); lambdified code raises instead.  Kinds whose integrand holds an undefined
-density (MAX2, ARGMAX2, LEVEL1, LEVEL2: h_k, a_k, F_Y) stay unevaluated, like a plain Integral of an
-undefined function.  ``srepr`` round-trips (the Integrand is printed with the class).
+``N``/``evalf``/``float`` and ``lambdify`` evaluate the defining integral by the error-controlled
+quadrature the numeric layer installs (:func:`install_quadrature`, done by ``import symfield``), split at
+the kinks (:func:`~symfield.symbolic.activation.kink_args`). evalf gives the requested digits or leaves
+the integral unevaluated; lambdified code raises instead. Kinds whose integrand holds an undefined
+density (MAX2, ARGMAX2, LEVEL1, LEVEL2) stay unevaluated. ``srepr`` round-trips.
 """
 from __future__ import annotations
 

@@ -1,36 +1,16 @@
 """Max-pool kernels: psi(u) = max_j phi(u_j) over k i.i.d. nodes (docs/theory.md section 4).
 
-Monotone non-decreasing phi: psi = phi(max_j u_j) (order-statistic reduction).  M_k = max of k
-i.i.d. N(0, 1), density k n(m) N(m)^(k-1):
+Monotone non-decreasing phi: psi = phi(max_j u_j), and the maps are integrals against the law of M_k,
+the maximum of k standard normals, and against h_k = k F^(k-1) rho_c + k(k-1) F^(k-2) F_s F_t, the
+density of the two maxima; dC = k E[phi'(u_1) phi'(v_1) F(s_1, t_1)^(k-1)]. Closed forms where they
+exist (method names ``even identity``, ``M_k moments``, ``k=2 split``, ``mean + |diff|``); otherwise an
+unevaluated Integral of kind ("max1", k, f), ("max2", k, f, g) or ("argmax2", k, f, g), evaluated by
+quadrature.max_expect1 / max_expect2 in float64 or at dps=N.
 
-    V = E phi(sqrt(q) M_k)^2,  mean = E phi(sqrt(q) M_k),  dpsi2 = E phi'(sqrt(q) M_k)^2
-    (the gradient flows through the argmax only),  dV = dV/dq = E[(x phi phi')(sqrt(q) M_k)]/q.
-    C  = E[phi(sqrt(q1) S) phi(sqrt(q2) T)], (S, T) with CDF F(s, t; c)^k, density
-         h_k = k F^(k-1) rho_c + k(k-1) F^(k-2) F_s F_t;
-    dC = k E[phi'(u_1) phi'(v_1) F(s_1, t_1)^(k-1)]   (node 1 the argmax of u and of v; = dC/dq12).
-
-Closed forms (method names say which):
-  ``even identity``  k = 2, f even: E f(M_2) = E f(z) (max(z1, z2) and min have the same |.|).
-  ``M_k moments``    f = b x^n (x > 0), a x^n (x < 0): q^(n/2) (b A+_n + a A-_n) with the
-                     half-line moments A+-_n = int m^n k n N^(k-1) over m >< 0; n = 0 any k
-                     (A+_0 = 1 - 2^-k), n = 1, 2 for k = 2 (sympy, exact): A+_1 = (1 + sqrt 2)/(2 sqrt pi),
-                     A-_1 = (1 - sqrt 2)/(2 sqrt pi), A+_2 = 3/4 + 1/(2 pi), A-_2 = 1/4 - 1/(2 pi).
-  ``k=2 split``      k = 2: E f(M_2) = E f_even(z) + E[f_odd(sqrt(q) z) erf(z/sqrt 2)] when both close.
-  ``mean + |diff|``  phi = b x, k = 2: max = (u1 + u2)/2 + |u1 - u2|/2, the halves are independent
-                     with covariance Sigma/2, so C = b^2 (q12/2 + E[|u||v|]/2) (abs arc-cosine kernel).
-Otherwise the defining integral is kept as an unevaluated Integral of kind ("max1", k, f),
-("max2", k, f, g) or ("argmax2", k, f, g), evaluated by quadrature.max_expect1 / max_expect2, in
-float64 or at dps=N (N digits in the natural scale, sqrt(V(q1) V(q2)) for C, sqrt(dpsi2 dpsi2) for dC,
-or ArithmeticError; for C and dC the bivariate CDF F is a running integral along each quadrature row).
-
-Non-monotone phi (``generalised order statistics``, symfield/levelsets.py): max_j phi(u_j) = phi(u_A) with
-A the argmax node.  With F_Y(y; q) = P(phi(sqrt(q) z) <= y), measured on the sublevel set {phi <= y}
-(a union of intervals, one per monotone piece of phi), u_A has density k F_Y(phi(u))^(k-1) n_q(u), and
-the pair (u_A, v_B) of two inputs has density k H^(k-1) rho + k(k-1) H^(k-2) P1 P2 n n
-(H(a, b) = P(phi(u) <= a, phi(v) <= b), P1, P2 the conditional probabilities of the other node of each
-pair).  For monotone phi these are the order-statistic formulas above.  Kinds ("full1", k, f, phi) and
-("full2", k, f, g, phi, argmax_only); numbers from levelsets.argmax_expect1/2 (float64) and argmax_expect1_mp/2_mp
-(dps=N; C, dC refused at |c| = 1 with q1 != q2 and for flat pieces at nonzero values; slow: minutes).
+Non-monotone phi (generalised order statistics on the level sets of phi): kinds ("full1", k, f, phi)
+and ("full2", k, f, g, phi, argmax_only), evaluated by numeric.pool.levelsets (argmax_expect1/2 in
+float64, argmax_expect1_mp/2_mp at dps=N; C, dC refused at |c| = 1 with q1 != q2 and for flat pieces at
+nonzero values). Numerics: docs/numerics.md sections 4 and 5.
 """
 from __future__ import annotations
 

@@ -1,29 +1,17 @@
 """Leading-order finite-width theory (Roberts, Yaida & Hanin, ch. 4-5; docs/theory.md section 9).
 
-Single input, equal widths n. Given layer l, the pre-activations of layer l+1 are exactly
-h_i = sqrt(G) z_i with z_i i.i.d. N(0, 1) and G = (sigma_w2/n) sum_j y_j^2 + sigma_b2 shared
-by the whole layer; G fluctuates:  E[G^(l)] = K^(l) + K1^(l)/n,  Var G^(l) = V^(l)/n  (+ O(1/n^2)).
-Hence E[h^4] - 3 E[h^2]^2 = 3 Var G = 3 V/n: excess kurtosis 3 V/(n K^2).
-
-With <f>_K = E f(sqrt(K) z) (psi and the k nodes of a pool all at variance K):
+Single input, equal widths n. The pre-activations of layer l+1 are h_i = sqrt(G) z_i with a layer
+metric G that fluctuates: E[G^(l)] = K^(l) + K1^(l)/n, Var G^(l) = V^(l)/n (+ O(1/n^2)), excess kurtosis
+3 V/(n K^2). With <f>_K = E f(sqrt(K) z),
 
     K^(l+1)  = sigma_w2 <psi^2>_K + sigma_b2
     V^(l+1)  = sigma_w2^2 k (<psi^4>_K - <psi^2>_K^2) + chi_par^2 V^(l),   chi_par = sigma_w2 d<psi^2>_K/dK
     K1^(l+1) = chi_par K1^(l) + (sigma_w2/2) V^(l) d^2<psi^2>_K/dK^2
 
-(k = 1 without pooling; a pool's n/k groups each contribute Var(psi^2), so Var G = k Var(psi^2)/n.)
-Derivation of the K1 term: E f(h) = E_G <f>_G = <f>_K + (K1/n) d<f>/dK + (Var G / 2) d^2<f>/dK^2.
-Equivalently (Edgeworth): the fourth cumulant 3V/n of h adds (3V/n)/4! <f''''>_K = (V/(8n)) <f''''>_K
-= (V/(2n)) d^2<f>_K/dK^2, since d<f>_K/dK = <f''>_K/2 (Gaussian integration by parts).
-Layer 1 is linear with fixed inputs: K^(1) = sigma_w2 q0 + sigma_b2, V^(1) = K1^(1) = 0.
-
-The coefficients are SymPy expressions in K (the symbol ``q`` of :mod:`symfield.gaussian`) and the
-symbols sigma_w2, sigma_b2; closed forms where :func:`symfield.gaussian.expect1` finds them, else
-unevaluated Gaussian integrals. Derivatives of an integral E f(sqrt(q) M) (M standard normal or
-the maximum of k of them) use the scale identity d/dq E f(sqrt(q) M) = E[(x f')(sqrt(q) M)]/(2q),
-so they stay integrals the quadrature layer evaluates. Residual blocks are not covered: there a
-node is no longer conditionally Gaussian given the previous layer, and the leading-order theory
-needs the node's self-interaction terms, not this recursion.
+from K^(1) = sigma_w2 q0 + sigma_b2, V^(1) = K1^(1) = 0 (k = 1 without pooling). The coefficients are SymPy
+expressions in K, closed forms or unevaluated Gaussian integrals; derivatives of integrals use the
+scale identity d/dq E f(sqrt(q) M) = E[(x f')(sqrt(q) M)]/(2q). Residual blocks are not covered here
+(the node is not conditionally Gaussian given the previous layer): see :mod:`symfield.theory.gram`.
 """
 from __future__ import annotations
 

@@ -1,22 +1,16 @@
 """Finite-width fluctuations of the Gram matrix of two inputs (docs/theory.md sections 9.1 and 9.3).
 
-Entries ordered (aa, bb, ab). Plain network of width n: given layer l, the nodes of layer l+1 are
-i.i.d. N(0, G^(l+1)) with the layer metric G^(l+1) = sigma_b2 + (sigma_w2 k/n) sum_groups psi_a psi_b.
-With F(G) = (<psi_a^2>, <psi_b^2>, <psi_a psi_b>) at covariance G, J = sigma_w2 dF/dG,
-H = sigma_w2 d^2F/dG^2 and Sigma(G) = Cov(psi_a^2, psi_b^2, psi_a psi_b), to leading order in 1/n:
+Entries ordered (aa, bb, ab). With F(G) = (<psi_a^2>, <psi_b^2>, <psi_a psi_b>) at covariance G,
+J = sigma_w2 dF/dG, H = sigma_w2 d^2F/dG^2 and Sigma(G) = Cov(psi_a^2, psi_b^2, psi_a psi_b), to leading
+order in 1/n (plain network):
 
     K^(l+1)  = sigma_b2 + sigma_w2 F(K^(l))
     V^(l+1)  = sigma_w2^2 k Sigma(K^(l)) + J V^(l) J^T           V = lim n Cov G   (metric_cov)
     K1^(l+1) = J K1^(l) + (1/2) H : V^(l)                         E G = K + K1/n
 
-(the second-order term of E F(G) = F(K) + F'(K1/n) + F'':Cov(G)/2). The empirical Gram
-Ghat = (1/n) sum_i z_i z_i^T is Wishart given G, so E Ghat = E G and
-
-    lim n Cov Ghat = V + W(K),   W_(ab)(cd) = K_ac K_bd + K_ad K_bc.
-
-Layer 1 (fixed inputs): K^(1) = sigma_w2 q0 + sigma_b2, V^(1) = K1^(1) = 0. One input is the
-diagonal of this (sf.finite_width). c_hat = Ghat_ab/sqrt(Ghat_aa Ghat_bb) and gamma_hat = c_hat/(1 - c_hat)
-get their mean and variance at width n by the delta method (second order for the mean).
+and lim n Cov Ghat = V + W(K), W_(ab)(cd) = K_ac K_bd + K_ad K_bc (Ghat is Wishart given G). c_hat and
+gamma_hat get their mean and variance by the delta method. Residual blocks: docs/theory.md section 9.3;
+the ingredients near c = 1: docs/numerics.md section 8.
 """
 from __future__ import annotations
 

@@ -1,29 +1,17 @@
 """The spectrum of the input-output Jacobian at infinite width (docs/theory.md section 11).
 
     J = dz^(L)/dx = W_L D_{L-1} W_{L-1} ... D_1 W_1,     D_l = diag(phi'(z^(l))),
-    z^(l) ~ N(0, q^(l)),  q^(1) = sigma_w2 q0 + sigma_b2,  q^(l+1) = sigma_w2 V(q^(l)) + sigma_b2.
 
-The squared singular values of J (eigenvalues of J J^T) have, as the width n -> oo, the law
-of the free product of the layers: with psi(z) = sum_k m_k z^k, chi = psi^(-1) and the
-S-transform S(w) = chi(w) (1 + w)/w,
+The squared singular values of J have, as the width n -> oo, the law of the free product of the
+layers, with S-transform
 
     S_{JJ^T}(w) = prod_{l=1}^{L} S_W(w) prod_{l=1}^{L-1} S_{D_l^2}(w),
     S_W(w) = 1/(sigma_w2 (1 + w))  (Gaussian),   1/sigma_w2  (orthogonal),
 
-and S_{D_l^2} follows from the moments d_k(q) = E[phi'(z)^(2k)], z ~ N(0, q).
-
-Moments: power series (reversion and products, exact in the number type given). Density:
-for each x the equations psi_l(zeta_l) = w (l = 1..L-1, psi_l of the law of phi'^2 at q^(l),
-discretised by Gaussian quadrature) and w/(1+w) S_W(w)^L prod_l zeta_l (1+w)/w = 1/x' are
-solved by Newton in (w, zeta_l), continued from x' = x + iY, Y large, down to Y ~ 1e-10 x;
-then G(x') = (1 + w)/x' and rho(x) = -Im G/pi.
-
-Moments are computed as m_k = m_1^k mu_k, mu_k the moments of J J^T/m_1 (layers normalised by
-sigma_w2 and d_1), so the relative variance mu_2 - 1 stays finite where m_1 leaves the float64 range.
-At small q (variances that decay to ~0 when phi(0) = 0 and sigma_b2 = 0) the Gaussian expectations are
-the series in sqrt(q) of :func:`small_q`, below the q where it is exact to float64.
-Atoms: at 0 the largest layer mass P(phi' = 0); away from 0 (orthogonal weights) Belinschi's rule
-for free multiplicative convolutions (:func:`free_atoms`).
+S_{D_l^2} from the moments d_k(q) = E[phi'(z)^(2k)], z ~ N(0, q^(l)). Moments by power series (computed
+normalised, m_k = m_1^k mu_k, so they stay finite where m_1 leaves the float64 range; :func:`small_q`
+series at small q); the density by Newton continuation from far above the real axis; atoms at 0 and,
+for orthogonal weights, by Belinschi's rule (:func:`free_atoms`).
 """
 from __future__ import annotations
 

@@ -5,22 +5,14 @@ pre-activation h, ``"after"`` normalises phi(h). All numbers come from the maps 
 dC, D of :mod:`symfield.numeric.maps`), except the BatchNorm sphere moments of a non-homogeneous phi at
 finite batch, which are integrals over a sphere (2-D quadrature below).
 
-LayerNorm (over the n units of one sample, infinite width):
+LayerNorm (over the n units of one sample, infinite width), e.g. before phi:
 
-    before:  q' = sigma_w2 V(1) + sigma_b2,       q12' = sigma_w2 C(1, 1, c) + sigma_b2       (c = q12/sqrt(q1 q2))
-             chi1 = sigma_w2 E[psi'^2](1)/q        (q: the variance entering the norm; q* = q' above)
-             edge of chaos: sigma_b2/sigma_w2 = E[psi'^2](1) - V(1)
-    after:   q' = sigma_w2 + sigma_b2,            q12' = sigma_w2 c_hat + sigma_b2,
-             c_hat = (C - m_a m_b)/(s_a s_b),  1 - c_hat = D(q, q, q12, d)/(2 s^2) at equal norms
-             chi1 = sigma_w2 E[psi'^2](q)/(V(q) - mean(q)^2)
+    q' = sigma_w2 V(1) + sigma_b2,   q12' = sigma_w2 C(1, 1, c) + sigma_b2,   chi1 = sigma_w2 E[psi'^2](1)/q
 
-BatchNorm (over a batch of B equicorrelated samples, each unit on its own):
-
-    before:  BN(h) = sqrt(B) P h/|P h| is uniform on the sphere of radius sqrt(B) in 1^perp, whatever (q, c)
-             q' = sigma_w2 G_d + sigma_b2,  q12' = sigma_w2 G_od + sigma_b2  (G: E phi(x_a) phi(x_b) on that sphere)
-             lambda_B = [(B-1) E d^2 + E d1 d2 - E d^2 x^2 + E d1 x1 d2 x2] / ((B-3)(G_d - G_od)),  d = phi'(x)
-             (B -> inf: E[phi'^2]/Var[phi], z ~ N(0, 1); B <= 3: infinite)
-    after:   q' = sigma_w2 + sigma_b2,  q12' = sigma_b2 - sigma_w2/(B-1)      (sum_a y_a = 0, sum_a y_a^2 = B)
+BatchNorm (over a batch of B equicorrelated samples): before phi, BN(h) is uniform on a sphere of radius
+sqrt(B) whatever (q, c), and the maps are sphere moments G_d, G_od of phi with the rate lambda_B; after
+phi, q' = sigma_w2 + sigma_b2 and q12' = sigma_b2 - sigma_w2/(B-1). All the formulas: docs/theory.md
+sections 12.1-12.3.
 """
 from __future__ import annotations
 
@@ -158,7 +150,7 @@ def centred(K, q1, q2, q12, dps=None, d=None):
 
 
 def ln_qab(K, at, sw, sb, q1, q2, q12, dps=None):
-    """q12' under LayerNorm (module docstring)."""
+    """q12' under LayerNorm (docs/theory.md sections 12.1 and 12.2)."""
     M = maps(K, dps)
     with mpmath.workdps((dps or 15) + GUARD_DIGITS):
         if at == "before":

@@ -4,19 +4,15 @@ NTK parameterisation (layer 1 linear; T = E[psi(u) psi(v)] = C, Tdot = E[grad ps
 
     Theta^(1) = K^(1) = sigma_w2 q0 + sigma_b2                      (entrywise: aa and ab)
     Theta^(l+1) = K^(l+1) + sigma_w2 Tdot(K^(l)) Theta^(l),   K^(l+1) = sigma_w2 T(K^(l)) + sigma_b2
-    residual z + alpha (W psi(z) + b):  Theta' = (1 + alpha^2 sigma_w2 Tdot) Theta + alpha^2 (sigma_w2 T + sigma_b2)
-    standard (neural-tangents "standard", fan-in n):  Theta' = n T + 1 + sigma_w2 Tdot Theta,  Theta^(1) = n q0 + 1
 
-gamma_Theta = Theta_ab/(Theta_aa - Theta_ab) is kept exact as c -> 1 by the NTK distance
-d_Theta = Theta_aa + Theta_bb - 2 Theta_ab = 2 (Theta_aa - Theta_ab), with its own recursion (no difference of
-nearly equal numbers; docs/theory.md section 13):
+with residual and "standard" (fan-in) variants (docs/theory.md section 13). gamma_Theta is kept exact as
+c -> 1 by the NTK distance d_Theta = 2 (Theta_aa - Theta_ab) and its own recursion, with
+dTdot = Tdot_aa - Tdot_ab = E[|grad psi(u) - grad psi(v)|^2]/2:
 
     d_Theta' = sigma_w2 D + sigma_w2 Tdot_aa d_Theta + 2 sigma_w2 dTdot Theta_ab,
-    dTdot = Tdot_aa - Tdot_ab = E[|grad psi(u) - grad psi(v)|^2]/2
 
-(residual: the last three terms times alpha^2, plus d_Theta; standard: n D in place of sigma_w2 D). D is the
-engine's distance map of psi; for a single node dTdot is half the distance map of phi' (its own kernel), for
-avg-pools that over k, for max-pools the plain difference (``exact`` False).
+D the engine's distance map of psi; dTdot is half the distance map of phi' for a single node, that over k
+for avg-pools, and the plain difference for max-pools (``exact`` False).
 """
 from __future__ import annotations
 

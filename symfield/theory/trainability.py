@@ -5,22 +5,14 @@ At the fixed point (q*, c*) the NTK recursion is affine in Theta (docs/theory.md
     Theta_aa' = q* + chi1 Theta_aa,          chi1   = sigma_w2 Tdot(q*, q*, q*)      = sigma_w2 E[|grad psi|^2]
     Theta_ab' = c* q* + chi_c* Theta_ab,     chi_c* = sigma_w2 Tdot(q*, q*, c* q*)
 
-ordered (chi1 < 1, c* = 1): Theta -> Theta* = q*/(1 - chi1) at the rate chi1^l, depth scale xi_1 = -1/log chi1;
-chaotic (chi1 > 1, c* < 1): Theta_aa grows as chi1^l, Theta_ab -> c* q*/(1 - chi_c*), and Theta_ab/Theta_aa -> 0 as
-(chi_c*/chi1)^l: xi* = -1/(log chi_c* - log chi1);
-edge of chaos (chi1 = 1, c* = 1): Theta_aa = l q* + O(1) and Theta_ab/Theta_aa tends to a universal limit:
+ordered (chi1 < 1): Theta -> q*/(1 - chi1), depth scale xi_1 = -1/log chi1; chaotic (chi1 > 1):
+Theta_ab/Theta_aa -> 0 at xi* = -1/(log chi_c* - log chi1); edge of chaos (chi1 = 1): Theta_ab/Theta_aa
+tends to 1/3 for smooth psi and 1/4 for the relu family.
 
-    smooth psi (E[psi''^2] > 0 at q*):  1 - c_l ~ 2/(b l), b = sigma_w2 q* E[psi''^2], and sigma_w2 Tdot_ab = 1 - 2/l:
-                                        Theta_ab ~ beta l with beta = q* - 2 beta, so the limit is 1/3;
-    relu family (alpha x + beta |x|):   theta_l ~ 3 pi/(2 r l) (r = beta^2/(alpha^2 + beta^2)), and
-                                        sigma_w2 Tdot_ab = 1 - 2 r theta/pi = 1 - 3/l: the limit is 1/4.
-
-q* = 0 or inf with positively homogeneous psi (the relu family and its pools): Theta scales with q_l (to 0 or inf),
-and the normalised NTK theta = Theta/q obeys theta_aa' = 1 + rho theta_aa, rho = chi1/(sigma_w2 V(1)) (exactly at
-sigma_b2 = 0, asymptotically where q* = inf), with the c-map at q = 1. The regime, xi_1 = -1/log rho and the ratio
-limit are those of theta: rho < 1 ordered (theta_aa -> 1/(1 - rho); relu+max2: rho = 3/4/(3/4 + 1/(2 pi)) at every
-sigma_w2), rho = 1 the edge (the relu family, E[psi'^2] = V(1): the same 1/4 limit at every sigma_w2).
-q* = 0 otherwise (chi1 < 1 at q -> 0): Theta -> 0. q* = inf for other psi: the depth scale is not derived (NaN).
+For positively homogeneous psi with q* = 0 or inf (the relu family and its pools) the normalised NTK
+theta = Theta/q obeys theta_aa' = 1 + rho theta_aa, rho = chi1/(sigma_w2 V(1)), with the c-map at q = 1;
+the regime, xi_1 = -1/log rho and the ratio limit are those of theta. q* = 0 otherwise: Theta -> 0;
+q* = inf for other psi: the depth scale is not derived (NaN). Derivations: docs/theory.md section 13.
 """
 from __future__ import annotations
 

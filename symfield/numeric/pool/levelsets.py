@@ -1,87 +1,17 @@
 """Max-pool of a NON-monotone phi: generalised order statistics on the level sets of phi.
 
-psi(u) = max_j phi(u_j) over k i.i.d. nodes.  Let A be the argmax node (a.s. unique when phi has
-no flat piece; flat pieces, see below).  With the sublevel sets and their Gaussian measures
+psi(u) = max_j phi(u_j) over k i.i.d. nodes equals phi(u_A), A the argmax node. With the sublevel sets
+A(y) = {x : phi(x) <= y} (one interval per monotone piece of phi) and F_q(y) = P(sqrt(q) z in A(y)),
 
-    A(y) = {x : phi(x) <= y}              (one interval per monotone piece of phi, merged)
-    F_q(y) = P(sqrt(q) z in A(y)),        H(a, b) = P(u' in A(a), v' in A(b))   ((u', v') one pair)
+    E[f(u_A)] = k E[f(u) F_q(phi(u))^(k-1)],   u ~ N(0, q),
+    E[f(u_A) g(v_B)] = k E[f g H(phi(u), phi(v))^(k-1)] + k(k-1) E[f g H^(k-2) P1 P2]   (u, v independent),
 
-the argmax pre-activation u_A has density k F_q(phi(u))^(k-1) n_q(u) (node j is the argmax with
-probability F^(k-1) given u_j), so every 1-D map is a 1-D integral:
+H(a, b) = P(u' in A(a), v' in A(b)) for one node pair, P1, P2 the conditional probabilities that the
+other node of each pair stays below the winner; dC = k E[phi'(u) phi'(v) H^(k-1)]. For monotone phi these
+are the order-statistic formulas (h_k) of docs/theory.md section 4.
 
-    E[f(u_A)] = k E[f(u) F_q(phi(u))^(k-1)],   u ~ N(0, q)
-    V: f = phi^2,  mean: f = phi,  dpsi2: f = phi'^2 (the gradient flows through the argmax),
-    dV = E[u_A phi phi'(u_A)]/q.
-
-Two inputs: B = argmax of phi(v_j).  Splitting by A = B or A != B, and conditioning the second
-term on (u_1, v_2), which are independent and leave v_1 | u_1 and u_2 | v_2 independent:
-
-    E[f(u_A) g(v_B)] = k E[f(u) g(v) H(phi(u), phi(v))^(k-1)]                 ((u, v) one pair)
-                     + k(k-1) E[f(u) g(v) H^(k-2) P1(u, phi(v)) P2(v, phi(u))]  (u, v independent)
-    P1(u, b) = P(v' in A(b) | u' = u),   P2(v, a) = P(u' in A(a) | v' = v),
-    dC = k E[phi'(u) phi'(v) H^(k-1)]  (the first term: sum_j d_j psi(u) d_j psi(v) needs A = B).
-
-H(a, b) = sum over the boundaries b_j of A(b) of +-G(b_j), G(b) = P(u' in A(a), v' <= b) tabulated per
-outer row as a piecewise Chebyshev antiderivative of its smooth density (RowCDF, 1e-15 against
-Owen's-T bivariate normal CDFs); P1, P2 are sums of normal CDFs.  For monotone non-decreasing phi, A(y) = (-inf, phi^-1(y)]
-and these are exactly the order-statistic formulas of docs/theory.md section 4 (h_k); tests/numeric/test_pool_levelsets.py
-checks that on relu and tanh.
-
-Level sets.  Turning points of phi (sign changes of phi', kinks included) are found on a scan
-grid (spacing H_SCAN = 1/64, coarser beyond X = 1024; at most MAX_PIECES pieces, each 8 steps wide, else
-QuadratureError) over [-X, X], X = 10 sd (bucketed), and refined by bisection; each piece
-is inverted by table look-up + Newton with a bisection safeguard (the node's own piece is
-inverted exactly: the root is the node).  Special points: turning points, kinks, and the
-preimages of critical values (phi at turning points and kinks, and the tail value when a monotone
-tail is long): there F_q(phi(u)) has sqrt- or power-type singularities (gelu at q: |u|^(1/q) at
-u = 0-), so panels touching them use a tanh-sinh rule; other panels 10-point Gauss-Legendre (8 points left
-4e-10 for cos at k = 8, c = -0.5, where H^7 is steep; 10 points 2e-14, for 1.45x the cost).
-
-Quadrature (float64).  1-D: z = u/s on [-9, 9], unit panels + special points + activation grid.
-First 2-D term: u outer (unit panels, special points, and around the images v*/c' of v's special
-points a grid of spacing s_c/|c'|), inner z = (v - c'u)/s_c per row (unit panels, the special
-points of v mapped per row).  Second term: u outer, t = v/s2 inner with per-row "bands" where
-P1, P2 change: the level-set boundaries of phi(c'u + j s_c) and (alpha + j s_c2)/c'' for the
-boundaries alpha of A(phi(u)), j in {0, +-1, +-2, +-3, +-4.5, +-6.5, +-9}.  c = 0: product of
-1-D maps; c = 1 with q1 = q2: C = V, dC = dpsi2; |c| = 1 otherwise (also |c| rounding to >= 1): C at
-|c| (1 - 1e-13) (|dC/dq12| <= sqrt(dpsi2(q1) dpsi2(q2)), so the change is <= 1e-13 sqrt(q1 q2 dpsi2 dpsi2)),
-dC by adaptive Gauss-Kronrod of its 1-D integral.
-Near |c| = 1 (r = sqrt(1 - c^2) < CROSS_R = 0.1) H and P1 P2 change on the scale r / |D'| around the u where
-D = alpha_i/s1 - c beta_j/s2 vanishes for a boundary alpha_i of A(phi(u)) and beta_j of A(phi(c'u)) (standard
-units; not both the node's own): at phi's turning points and kinks (own meets mirror) and where mirror
-boundaries cross (q1 != q2).  These u are found by a scan (step SCAN_Z) and bisection and get BAND points, and
-the outer rule is adaptive Gauss-Kronrod (7, 15) (|K15 - G7| <= OUTER_TOL = 1e-12 of sum |K15| per panel,
-tanh-sinh panels at singular points kept); before, the outer rule did not converge there (x^2 - x, k = 2,
-(0.3, 3, 0.999999): 1.3e-9 of the scale off, 8/16/24 points 7.0437458375 / ...508 / ...428).
-Measured (tests/numeric/test_pool_levelsets.py and the runs in the issue report): against the exact reduction of
-x^2 - x at k = 2 to 1-D integrals (rotation of each input pair) at c in {0.5, 0.9, 0.99, 0.994, 0.995, 0.998,
-1 - 1e-4, 1 - 1e-6, 1 - 1e-8, -0.994, -0.999999}, q1/q2 in {1, 0.1, 10, 0.37}: C <= 1.1e-14, dC <= 5.3e-14 of
-the natural scale (C at |c| = 1: 2.3e-14).  Against a rule of doubled resolution (16-point GL, half-step
-tanh-sinh, outer tolerance / 100), in the natural scale (C: sqrt(V(q1) V(q2)), 1-D maps: relative), for abs,
-cos, sin, gelu, silu, x^2 - x, k in {2, 8}, (1, 1, -0.5), (2, 2, 0.3), (1, 1, 0.99), (1, 1, -0.999999),
-(0.3, 3, 0.999999): <= 3e-14 (C, k = 8, c = -0.5), <= 1e-15 at |c| -> 1; (the 8-point rule reached 4e-10 for
-cos, k = 8, c = -0.5, where H^7 is steep); 1-D maps <= 1e-13; against exact values (abs, x^2 via max|z|;
-Hoeffding's covariance formula for abs, x^2) <= 1e-12 (1-D), 1e-10 (C); monotone relu/tanh through
-this code against the order-statistic code <= 3e-12 (tanh) / 1e-14 (relu).  Cost (CPU): 1-D maps ~2-12 ms;
-C ~40-200 ms (abs, x^2 - x, gelu, |c| <= 0.5), up to ~1 s at c = 0.99 and for periodic phi with
-many pieces (cos, sin at q >> 1 are slower still; cos, k = 2, (2, 2, 0.3): 2.6 s); near |c| = 1 the adaptive
-rule costs 2-4x the fixed one (x^2 - x, k = 2, (0.3, 3, 0.999999): 0.23 -> 0.9 s; cos, (1, 1, 0.999999): 4.3 -> 15 s;
-sin, (0.3, 3, 0.999999): 49 -> 125 s, where the fixed rule's value moved by 1.1e-9); dC about half of C.
-
-Flat pieces.  Where phi is constant (= y0) on an interval, ties have positive probability.  The
-formulas stay exact for integrands that vanish there (dpsi2, dV, dC always; V, mean, C after the
-shift phi -> phi - y0: max_j phi = y0 + max_j (phi - y0)); several flat values are refused.
-
-mpmath (dps=N), 1-D maps: the same integral with F by mpmath root refinement of the float64
-roots, mpmath.quad (tanh-sinh) on the same panels, ArithmeticError when its error estimate
-exceeds 10^-N of the value.  C, dC (argmax_expect2_mp, any k, 0 < |c| < 1): the two terms above on
-tensor rules, H as the sum of bivariate normal CDFs over boundary pairs (theta form of Plackett's
-identity, fixed-point Gauss-Legendre), P1, P2 by mpmath.ncdf, three-degree error control of
-quadrature.controlled in the natural scale, else ArithmeticError.  c = 0 and c = 1 (q1 = q2) via the
-1-D maps; |c| = 1 otherwise refused.  Its panels do not follow the crossing bands above, so near |c| = 1
-with q1 != q2 it does not converge (ArithmeticError after its halvings, or a very long run: x^2 - x, k = 2,
-(0.3, 3, 0.999999), dps=16 did not finish in 30 min).  Slow (pure-Python mpmath, ~1e5 nodes, 4 CDFs each for abs):
-measured abs+max2 C at dps=8 66 s, dC at dps=15 ~100 s, gelu+max2 dC at dps=10 180 s (q = 1, c = 0.5).
+Level sets, singular points, the rules near |c| = 1, flat pieces, the mpmath path and the measured
+accuracy: docs/numerics.md section 5.
 """
 from __future__ import annotations
 

@@ -1,22 +1,15 @@
 """A quadrature rule of the max-pool pair law for ONE correlation c, reusable for every (q1, q2).
 
 (S, T) = (max_j u_j/sqrt(q1), max_j v_j/sqrt(q2)) has CDF F(s, t; c)^k and density (docs/theory.md section 4)
-    h_k = k F^(k-1) rho_c + k(k-1) F^(k-2) F_s F_t,   F_s F_t = n(s) n(t) N((t - c s)/r) N((s - c t)/r),
-r = sqrt(1 - c^2). The law depends on c only, so one rule {(s_i, t_i, w_i)} gives
-    C(q1, q2, c) = E[f(sqrt(q1) S) g(sqrt(q2) T)] ~ sum_i w_i f(sqrt(q1) s_i) g(sqrt(q2) t_i)
-for all q1, q2 <= qmax at the cost of evaluating f and g (the table builder evaluates 33 q per c).
 
-Coordinates (every factor of the weight is smooth on the unit scale in them):
-  term 1 (same argmax): t = c s + r z, weight k F^(k-1) n(s) n(z);
-  term 2 (different argmax): t = sigma s + r w, sigma = sign(c), weight k(k-1) F^(k-2) r n(s) n(t)
-         N(sigma a s + w) N(a s - c w), a = (1 - |c|)/r; w beyond [-9, 9] (the half-plane
-         s + t > 0 as c -> -1) in panels widening geometrically to 1/r (unit in t).
-Panels: unit grid on [-9, 9] (n(9) ~ 1e-18), plus geometric grading (ratio 2) around s = 0 and
-around t = 0 (mapped to z resp. w per row) down to 1/(4 sqrt(qmax)) in t and min(r, 1/sqrt(qmax))/4
-in s (E[g | s] turns on that scale), so phi(sqrt(q) x) with poles at distance >= pi/(2 sqrt(q)) from
-the real axis (tanh; sigmoid, softplus, erf are milder) and kinks at x = 0 (relu) are resolved;
-10-point Gauss-Legendre per panel; F by Owen's T (quadrature.bvn_cdf). c = 1: the law of M_k on
-the diagonal; c = -1: (max, -min) of k normals. Measured error: tests/numeric/test_pool_monotone.py.
+    h_k = k F^(k-1) rho_c + k(k-1) F^(k-2) F_s F_t,   F_s F_t = n(s) n(t) N((t - c s)/r) N((s - c t)/r),
+
+r = sqrt(1 - c^2). The law depends on c only, so one rule {(s_i, t_i, w_i)} gives
+
+    C(q1, q2, c) = E[f(sqrt(q1) S) g(sqrt(q2) T)] ~ sum_i w_i f(sqrt(q1) s_i) g(sqrt(q2) t_i)
+
+for all q1, q2 <= qmax at the cost of evaluating f and g. Coordinates, panels and grading:
+docs/numerics.md section 5; measured error: tests/numeric/test_pool_monotone.py.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
   the polar rule (:mod:`.polar`);
 - max-pools of a monotone phi smooth except at x = 0: one :class:`symfield.numeric.pool.maxrule.Rule` per theta,
   at all the q-nodes of a panel at once;
-- everything else (kinked activations, other max-pools): the error-controlled quadrature (~20-400 ms a point).
+- everything else (kinked activations, other max-pools): the error-controlled quadrature.
 (docs/numerics.md section 3.)
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 With u = sqrt(q1) r cos(a), v = sqrt(q2) r cos(a - theta) (the standard construction in polar coordinates)
 and A_m(rho) the Chebyshev coefficients of f(rho x) on [-1, 1],
     C(theta) = sum_m P_m cos(m theta),   P_m = (2 - [m = 0]) int_0^inf r e^(-r^2/2) A_m(sqrt(q1) r) B_m(sqrt(q2) r) dr,
-so one set of coefficients (~1-50 ms per q) gives C at every theta, C/cos(theta) for odd psi and the
+so one set of coefficients per q gives C at every theta, C/cos(theta) for odd psi and the
 distance (V - C)/(2 sin^2(theta/2)) as sums of positive terms, without cancellation.
 """
 from __future__ import annotations

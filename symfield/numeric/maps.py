@@ -96,6 +96,7 @@ class Maps:
         self._rent1d = {name: _Rental(1e-4) for name in TABLE_1D}
         self._rent2d = _Rental(0.01)
         self._rent_compile = _Rental(4e-4)   # table lookups as plain Python until compiling pays (rent or buy)
+        self._ahead = 0                      # evaluations a caller announced (plan): the rental's known future
 
     # ------------------------------------------------------------------ quadrature / closed forms
     @cached_property
@@ -213,12 +214,17 @@ class Maps:
         M, n = self.table.arrays(), args[0].size
         if self.table.kind == "homogeneous":
             self._rent_compile.per_eval = min(self._rent_compile.per_eval, 1e-5)   # one Chebyshev row: cheap
-        if codegen.table_module_loaded() or self._rent_compile.worth(n, COMPILE_SECONDS):
+        if codegen.table_module_loaded() or self._rent_compile.worth(n + self._ahead, COMPILE_SECONDS):
             fn = getattr(codegen.table_module(), f"{name}_many")
             return fn(M, *(np.ascontiguousarray(v) for v in args))
         fn = getattr(table_maps, name)
         return self._rent_compile.timed(lambda: np.array([fn(M, *map(float, vals)) for vals in zip(*args)],
                                                          dtype=float), n)
+
+    def plan(self, n_evals: int) -> None:
+        """Announce about ``n_evals`` table lookups to come (a scan over a grid). Rent or buy with the future
+        known: compiling the table module at once is chosen when those lookups as plain Python would cost more."""
+        self._ahead = max(self._ahead, int(n_evals))
 
     def C(self, q1, q2, q12):
         T = self.table

@@ -45,6 +45,7 @@ def c_star_f64(K, sw, sb, qs=None):
     (sigma_b2 negligible against q; exact for positively homogeneous psi). Returns (c*, q*)."""
     M = maps(K)
     sw, sb = np.asarray(sw, float), np.asarray(sb, float)
+    M.plan(sw.size * (SCAN + NEAR_END.size))     # the scan's lookups, announced to the rent-or-buy rule
     qs = q_star_points(maps(K), sw, sb) if qs is None else qs
     finite = (qs > 0) & (qs < math.inf)
     L, at_inf = at_infinity(K, qs)

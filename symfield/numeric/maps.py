@@ -183,8 +183,11 @@ class Maps:
         T = self.table
         if T is None:
             return np.zeros(a.shape, bool)
+        covered = T.covers(a, b)
+        if covered.all():               # the common case once the panels exist: nothing to plan
+            return covered
         could = T.could_cover(a, b)
-        if could.any() and not T.covers(a[could], b[could]).all():
+        if could.any() and not covered[could].all():
             lo, hi = float(a[could].min()), float(a[could].max())
             need = T.panels_needed(lo, hi)
             if self.method == "table" or self._rent2d.worth(n_evals, need * T.seconds_per_panel):

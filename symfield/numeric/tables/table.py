@@ -120,7 +120,9 @@ class Table(TableBuilder):
             return ok & bool(self.panels)
         q = np.where(ok, q1, 1.0)
         ps = np.where(q < 2.0 ** E0, 0, np.frexp(q)[1] - E0)      # panel_of, vectorised
-        return ok & np.isin(ps, list(self.panels))
+        built = np.zeros(max(self.panels, default=0) + 2, bool)
+        built[list(self.panels)] = True
+        return ok & built[np.clip(ps, 0, built.size - 1)]
 
     def panels_needed(self, q_lo: float, q_hi: float) -> int:
         """How many panels a build covering [q_lo, q_hi] (contiguously with those present) would add."""

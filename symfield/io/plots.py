@@ -537,6 +537,50 @@ def batchnorm_rates(acts=("relu", "tanh", "gelu", "linear"), batches=(4, 6, 8, 1
     return _finish(fig, path, dpi, own)
 
 
+PLACEMENTS = ((None, "before", "no norm"), ("layer", "before", r"LayerNorm before $\phi$"),
+              ("layer", "after", r"LayerNorm after $\phi$"), ("batch", "before", r"BatchNorm before $\phi$"),
+              ("batch", "after", r"BatchNorm after $\phi$"))
+
+
+def norm_placements(act, sigma_w2, sigma_b2, depth=50, batch=8, ax=None, path=None, dpi=None):
+    """gamma^(l) against depth for each placement of the norm (docs/theory.md section 12): none, LayerNorm before
+    and after phi, BatchNorm (batch size ``batch``; None: B -> infinity) before and after phi, each from
+    ``sf.propagate(..., norm=, norm_at=)``. gamma can be negative under BatchNorm after phi (the batch's units are
+    centred), so the y axis is symmetric-log. On ``ax`` (default: a new figure); saved to ``path``. Returns the figure.
+
+    Parameters
+    ----------
+    act : str or Activation
+    sigma_w2, sigma_b2 : float
+    depth : int
+    batch : int or None
+    ax : matplotlib axes, optional
+    path : str or path-like, optional
+    dpi : float, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Examples
+    --------
+    >>> fig = norm_placements("relu", 2.0, 0.1, depth=30, path="placements.png")    # doctest: +SKIP
+    """
+    from symfield.theory.propagate import propagate
+    fig, ax, own = _own(ax, (6.0, 4.2))
+    for norm, at, label in PLACEMENTS:
+        r = propagate(act, sigma_w2, sigma_b2, depth, norm=norm, norm_at=at, batch=batch if norm == "batch" else None)
+        ax.plot(np.asarray(r.layers), np.asarray(r.gamma, dtype=float), "-", lw=1.5,
+                label=label + (f" (B = {batch})" if norm == "batch" and batch else ""))
+    ax.set_yscale("symlog", linthresh=1e-2)
+    ax.axhline(0, color="0.6", lw=0.6)
+    ax.set_xlabel("layer $l$")
+    ax.set_ylabel(r"$\gamma^{(l)}$")
+    ax.set_title(_title(getattr(act, "name", act), sigma_w2, sigma_b2) + ": where the norm goes", fontsize=9)
+    ax.legend(fontsize=7)
+    return _finish(fig, path, dpi, own)
+
+
 def ntk_depth(r, path=None, title=None, axes=None, dpi=None):
     """An :func:`symfield.ntk` result: Theta_aa and Theta_ab per layer (left) and gamma_Theta with the NNGP
     gamma (right, log scale). Saved to ``path`` when given; returns the figure."""

@@ -83,7 +83,8 @@ def _small_results():
             "ntk_depth": ((sf.ntk("relu", 2.0, 0.0, 5, qab0=0.5),), {}, 2),
             "trainability_diagram": ((sf.phase_diagram("erf", np.linspace(0.5, 4, 6), np.linspace(0.01, 0.2, 4),
                                                        ntk=True),), {}, 1),
-            "protocol": ((_protocol_result(),), {}, 3)}
+            "protocol": ((_protocol_result(),), {}, 3),
+            "norm_placements": (("relu", 2.0, 0.1), {"depth": 12, "batch": 4}, 1)}
 
 
 def _protocol_result():
@@ -265,3 +266,13 @@ def test_cli_dpi_and_command_in_the_figure(tmp_path):
     lo, hi = (Image.open(tmp_path / f"d{d}.png") for d in (40, 80))
     assert 1.8 < hi.size[0] / lo.size[0] < 2.2
     assert "symfield divergence relu" in hi.text["Description"] and "--dpi 80" in hi.text["Description"]
+
+
+def test_norm_placements_draws_the_five_placements(tmp_path):
+    """One gamma curve per placement; LayerNorm after relu drives c towards 0 (gamma small, docs/theory.md 12.2)
+    while no norm lets gamma grow, and BatchNorm after phi centres the batch, so its gamma is negative."""
+    fig = plots.norm_placements("relu", 2.0, 0.1, depth=12, batch=4, path=tmp_path / "n.png")
+    lines = {l.get_label(): np.asarray(l.get_ydata(), float) for l in fig.axes[0].get_lines() if l.get_label()[0] != "_"}
+    assert len(lines) == 5 and _png(tmp_path / "n.png")
+    none, ln_after, bn_after = lines["no norm"], lines[r"LayerNorm after $\phi$"], lines[r"BatchNorm after $\phi$ (B = 4)"]
+    assert none[-1] > 10 * none[0] and ln_after[-1] < 0.5 and bn_after[-1] < 0 and bn_after[-1] > -1

@@ -18,6 +18,9 @@ import numpy as np
 import sympy as sp
 
 from symfield.core import caches
+from symfield.numeric.evaluate import NUMPY_MODULES, vectorised
+from symfield.numeric.maps import maps
+from symfield.symbolic.limits import limit_kernel
 
 X_WINDOW = 200.0     # d is integrated over [-X_WINDOW, X_WINDOW]
 PANEL = 0.5          # Gauss-Legendre panel width (12 nodes per panel)
@@ -52,9 +55,6 @@ def remainder(K) -> Remainder | None:
     window; None otherwise (pools, bounded or homogeneous phi, slowly decaying phi - phi_L)."""
     if K in _DONE:
         return _DONE[K]
-    from symfield.numeric.evaluate import NUMPY_MODULES, vectorised
-    from symfield.numeric.maps import maps
-    from symfield.symbolic.limits import limit_kernel
     out = None
     LK = None if K.act.pool is not None else limit_kernel(K)
     if LK is not None:

@@ -91,8 +91,9 @@ def _g_float(F, sw, sb, q):
     symfield.numeric.remainder (no cancellation of sigma_w2 V(q) against q)."""
     q = np.asarray(q, float)
     sw, sb = np.broadcast_to(sw, q.shape), np.broadcast_to(sb, q.shape)
-    rem = remainder(F.K)
-    big = (q >= Q_SPLIT) & np.isfinite(q) if rem is not None else np.zeros(q.shape, bool)
+    big = (q >= Q_SPLIT) & np.isfinite(q)
+    rem = remainder(F.K) if big.any() else None     # SymPy's limits only where the split can be needed
+    big &= rem is not None
     g = np.empty(q.shape)
     if (~big).any():
         g[~big] = sw[~big] * F.V(q[~big]) + sb[~big] - q[~big]

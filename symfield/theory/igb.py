@@ -13,6 +13,7 @@ import numpy as np
 from scipy import special
 
 from symfield.core import validate
+from symfield.numeric.orthant import phi_power_mean
 
 
 def _gamma(func, gamma, *, allow_inf=False, positive=False):
@@ -123,25 +124,13 @@ def g0_var(gamma):
 
 
 def g0_moment(n, gamma, order=200):
-    """E[G0^n] = E[Phi(a Z)^n], a = sqrt(gamma), by quadrature of the given order (>= 100).
-
-    a <= 1: Gauss-Hermite in Z. a > 1 (integrand steps at scale 1/a): x = a Z and symmetry give
-    E = 1/2 + int_0^inf [Phi(-x)^n - (1 - Phi(x)^n)] phi(x/a)/a dx, smooth and Gaussian-decaying,
-    by Gauss-Legendre on [0, 40]."""
+    """E[G0^n] = E[Phi(a Z)^n], a = sqrt(gamma), by quadrature of the given order (>= 100): the rule of
+    :func:`symfield.numeric.orthant.phi_power_mean` (Gauss-Hermite for a <= 1, a Gauss-Legendre form that follows the
+    step for a > 1)."""
     n = validate.integer("g0_moment", "n", n, lo=0)
     gamma = _gamma("g0_moment", gamma)
     order = validate.integer("g0_moment", "order", order, lo=100, hi=300)
-    if n == 0:
-        return _out(np.ones_like(gamma))
-    a = np.sqrt(gamma)[..., None]
-    x, w = np.polynomial.hermite_e.hermegauss(order)
-    small = special.ndtr(a * x) ** n @ w / np.sqrt(2 * np.pi)
-    u, v = np.polynomial.legendre.leggauss(order)
-    x, w = 20 * (u + 1), 20 * v
-    with np.errstate(divide="ignore", invalid="ignore"):
-        dens = np.exp(-0.5 * (x / np.maximum(a, 1)) ** 2) / (np.sqrt(2 * np.pi) * np.maximum(a, 1))
-        f = (np.exp(n * special.log_ndtr(-x)) + np.expm1(n * special.log_ndtr(x))) * dens
-    return _out(np.where(a[..., 0] <= 1, small, 0.5 + f @ w))
+    return _out(phi_power_mean(n, np.sqrt(gamma), order))
 
 
 def gc_sample(gamma, n_classes, size, seed=None, order=64):

@@ -28,6 +28,7 @@ from symfield.core import validate as check
 from symfield.core.errors import InvalidValue, Unsupported
 from symfield.numeric.evaluate import GUARD_DIGITS, to_mpf
 from symfield.numeric.maps import maps
+from symfield.numeric.orthant import phi_power_mean
 from symfield.symbolic.activation import Activation
 from symfield.symbolic.formula import X
 from symfield.symbolic.kernel import kernel
@@ -386,40 +387,43 @@ def dead_fraction(B, c, dps=None):
 DEAD_ATOL = 1e-13      # float64 dead fraction: two Gauss-Legendre rules must agree to this, else mpmath
 
 
-def _dead_rule(B, c, width):
-    """dead_fraction's integral for an array c by Gauss-Legendre panels of ``width`` on [-12 s, 12 s] (float64), and
-    the integrand's largest modulus at the window's ends. s = 1 for c >= 0; for c < 0 the integrand decays like
-    exp(-(1 - B a^2) g^2/2), a^2 = -c/(1 - c), and s = (1 - B a^2)^(-1/2) stretches the window to match."""
-    from scipy.special import erfi, ndtr
+def _dead_rule_negative(B, c, width):
+    """dead_fraction's integral for an array of c < 0 by Gauss-Legendre panels of ``width`` on [-12 s, 12 s], and the
+    integrand's modulus at the window's end. It decays like exp(-(1 - B a^2) g^2/2), a^2 = -c/(1 - c), so
+    s = (1 - B a^2)^(-1/2) stretches the window to match."""
+    from scipy.special import erfi
     t, w = np.polynomial.legendre.leggauss(16)
     edges = np.arange(-12.0, 12.0 + width / 2, width)
     g0 = ((edges[:-1] + edges[1:])[:, None] / 2 + width / 2 * t).ravel()
     w0 = np.tile(w * width / 2, edges.size - 1)
-    c = c[:, None]
+    a2 = (-c / (1 - c))[:, None]
     with np.errstate(all="ignore"):
-        a2 = np.abs(c) / (1 - c)
-        scale = np.where(c >= 0, 1.0, 1 / np.sqrt(np.maximum(1 - B * a2, 1e-300)))
+        scale = 1 / np.sqrt(np.maximum(1 - B * a2, 1e-300))
         g = scale * np.append(g0, 12.0)
-        k = np.sqrt(a2)
-        f = np.where(c >= 0, ndtr(-k * g) ** B, np.real(((1 - 1j * erfi(k * g / math.sqrt(2))) / 2) ** B))
+        f = np.real(((1 - 1j * erfi(np.sqrt(a2) * g / math.sqrt(2))) / 2) ** B)
         f = f * np.exp(-g * g / 2) / math.sqrt(2 * math.pi)
-    return (f[:, :-1] * w0) @ np.ones(w0.size) * scale[:, 0], np.abs(f[:, -1])
+    return f[:, :-1] @ w0 * scale[:, 0], np.abs(f[:, -1])
 
 
 def dead_fraction_f64(B, c):
-    """:func:`dead_fraction` for a float64 array c: two Gauss-Legendre rules (panels 1 and 1/2, the window
-    stretched to the integrand's decay) where they agree to DEAD_ATOL and the integrand has decayed at the window's
-    ends; mpmath where not (c near 1: a steep step at g = 0; c near -1/(B-1): almost no decay)."""
+    """:func:`dead_fraction` for a float64 array c. For 0 <= c < 1 it is E[Phi(sqrt(gamma) Z)^B] with
+    gamma = c/(1 - c), the B-th moment of IGB's G0 (:func:`symfield.numeric.orthant.phi_power_mean`). For c < 0: two
+    Gauss-Legendre rules (panels 1 and 1/2, the window stretched to the integrand's decay) where they agree to
+    DEAD_ATOL and the integrand has decayed at the window's end; mpmath where not (c near -1/(B-1): almost no
+    decay), and at c >= 1 or the degenerate end."""
     c = np.asarray(c, float)
     out = np.empty(c.shape)
-    inner = (c < 1) & (c * (B - 1) > -1 + 1e-12)
-    out[~inner] = [dead_fraction(B, float(v)) for v in c[~inner]]
-    if inner.any():
-        (a, _), (b, tail) = _dead_rule(B, c[inner], 1.0), _dead_rule(B, c[inner], 0.5)
+    pos = (c >= 0) & (c < 1)
+    out[pos] = phi_power_mean(B, np.sqrt(c[pos] / (1 - c[pos])))
+    neg = (c < 0) & (c * (B - 1) > -1 + 1e-12)
+    if neg.any():
+        (a, _), (b, tail) = _dead_rule_negative(B, c[neg], 1.0), _dead_rule_negative(B, c[neg], 0.5)
         good = np.isfinite(b) & (np.abs(a - b) <= DEAD_ATOL) & (tail <= 1e-18)
         vals = np.where(good, b, np.nan)
-        vals[~good] = [dead_fraction(B, float(v)) for v in c[inner][~good]]
-        out[inner] = vals
+        vals[~good] = [dead_fraction(B, float(v)) for v in c[neg][~good]]
+        out[neg] = vals
+    rest = ~pos & ~neg
+    out[rest] = [dead_fraction(B, float(v)) for v in c[rest]]
     return out
 
 

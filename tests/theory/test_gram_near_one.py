@@ -12,6 +12,9 @@ import symfield as sf
 from symfield.numeric import gram_near as near
 from symfield.theory.width_gain import ExpansionWarning
 
+import tanh_series
+from oracles import mp_expect2
+
 N = 100
 
 
@@ -81,6 +84,56 @@ def test_relu_near_c1_depth_10000_matches_dps30():
     for get in (lambda g: g.one_minus_c, lambda g: g.one_minus_c_mean(N), lambda g: g.c_var(N)):
         assert rel(get(f)[-1], get(m)[-1]) < 1e-9
     assert rel(f.K1[-1], m.K1[-1], 1.0) < 1e-8
+
+
+# ---------------------------------------------------------------- tanh against the series oracle (tests/tanh_series.py)
+TANH_EOC = (1.760954639606742, 0.05)     # tanh's edge of chaos at sigma_b2 = 0.05: 1 - c stays ~1.4 gap forever
+
+
+def check_against_series(f, sw, sb, depth, gap, layers, c_tol, k1_tol):
+    """float64 against tanh_series (its own recursion at 70 digits, ingredients by Price's series) at ``layers``."""
+    ls, K, K1, cov = tanh_series.recursion(sw, sb, (1.0, 1.0, 1.0 - gap), depth, every=layers)
+    stats = tanh_series.c_statistics(K, K1, cov, N)
+    assert not f.status.any()
+    assert np.all(f.c <= 1) and np.all(f.c_mean(N) <= 1)
+    for i, l in enumerate(ls - 1):
+        w, wm, var = stats[i]
+        assert rel(f.one_minus_c[l], w) < c_tol
+        assert rel(f.one_minus_c_mean(N)[l], wm) < c_tol
+        assert rel(f.c_var(N)[l], var) < 2 * c_tol
+        assert rel(f.K1[l], K1[i], 1.0) < k1_tol
+        assert rel(f.gram_cov[l], cov[i], 1e-30) < c_tol
+    return ls, stats
+
+
+@pytest.mark.parametrize("gap", [1e-4, 1e-8, 1e-12])
+def test_tanh_near_c1_float64_matches_the_series_oracle(gap):
+    """The tanh rows of the near-c = 1 table at depth 6 (the mean-value rule against 70-digit Price series)."""
+    sw, sb = TANH_EOC
+    f = sf.gram_fluctuations("tanh", sw, sb, 6, q0=(1.0, 1.0, 1.0 - gap))
+    check_against_series(f, sw, sb, 6, gap, None, 1e-12, 1e-8)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("depth, gap", [(100, 1e-4), (100, 1e-8), (100, 1e-12), (10000, 1e-12)])
+def test_tanh_near_c1_deep_float64_matches_the_series_oracle(depth, gap):
+    sw, sb = TANH_EOC
+    f = sf.gram_fluctuations("tanh", sw, sb, depth, q0=(1.0, 1.0, 1.0 - gap))
+    layers = None if depth <= 100 else [0, 9, 99, 999, depth - 1]
+    check_against_series(f, sw, sb, depth, gap, layers, 1e-11, 1e-8)
+
+
+def test_series_oracle_against_two_dimensional_quadrature():
+    """The oracle's Price series at c = 0.9967 against mpmath's nested Gauss-Legendre rule, 25 digits."""
+    lay = tanh_series.TanhLayer(28)
+    with mp.workdps(40):
+        q, s = mp.mpf("0.6"), mp.mpf("0.598")
+        sech2 = lambda x: 1 / mp.cosh(x) ** 2                      # noqa: E731
+        for f, g, fn, gn in [((0,), (0,), mp.tanh, mp.tanh), ((1,), (1,), sech2, sech2),
+                             ((0, 0, 0), (0,), lambda x: mp.tanh(x) ** 3, mp.tanh)]:
+            want = mp_expect2(fn, gn, q, q, s, dps=32, degree=4)
+            assert abs(lay.expect(f, g, q, q - s) - want) < mp.mpf(10) ** -25 * abs(want)
 
 
 def test_arc_rule_flags_k1_beyond_its_promise():

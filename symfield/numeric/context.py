@@ -68,9 +68,14 @@ class Mp:
 
     def root(self, f, lo, hi, what):
         """Root of the scalar f on [lo, hi] (anderson to 10^(-2 dps)), certified by its residual:
-        PrecisionError with the achieved vs required error unless |f| <= 10^-dps max(1, |root|)."""
+        PrecisionError with the achieved vs required error unless |f| <= 10^-dps max(1, |root|), and
+        PrecisionError when anderson finds none."""
         dps = self.dps
-        root = mpmath.findroot(f, (lo, hi), solver="anderson", tol=mpmath.mpf(10) ** (-2 * dps))
+        try:
+            root = mpmath.findroot(f, (lo, hi), solver="anderson", tol=mpmath.mpf(10) ** (-2 * dps))
+        except (ValueError, ZeroDivisionError) as e:      # no root to dps digits in the float64 bracket
+            raise PrecisionError(f"{what}: no root found at dps={dps} in the float64 bracket "
+                                 f"[{mpmath.nstr(lo, 8)}, {mpmath.nstr(hi, 8)}] ({str(e).splitlines()[0]})") from None
         resid = abs(f(root))
         if resid > mpmath.mpf(10) ** (-dps) * max(1, abs(root)):
             raise PrecisionError(f"{what}: residual {mpmath.nstr(resid, 3)} exceeds the required "

@@ -21,7 +21,7 @@ import sympy as sp
 
 from symfield.core import caches
 from symfield.core.errors import NotCertified, NotPrintable, NotTabulable
-from symfield.numeric import codegen, grid, tables
+from symfield.numeric import codegen, grid, small_q, tables
 from symfield.numeric.context import FLOAT64, Mp
 from symfield.numeric.distance import rule as distance_rule
 from symfield.numeric.evaluate import evaluate, evaluator
@@ -114,6 +114,22 @@ class Maps:
     # ------------------------------------------------------------------ one input
     def _one(self, name, q):
         q = np.asarray(q, float)
+        if self._small is not None and name in self._small.names:
+            low = (q < small_q.Q_SMALL) & (q > 0)
+            if low.any():
+                self.how.setdefault(name + " (q < %g)" % small_q.Q_SMALL, "scaled z-rule (numerics section 8)")
+                out = np.empty(q.shape)
+                out[low] = self._small(name, q[low])
+                if (~low).any():
+                    out[~low] = self._path(name, q[~low])
+                return out
+        return self._path(name, q)
+
+    @cached_property
+    def _small(self):
+        return small_q.small_q(self.K)
+
+    def _path(self, name, q):
         if name not in TABLE_1D or not self.K[name].has(sp.Integral) or self.method == "quadrature":
             self.how.setdefault(name, "quadrature" if self.K[name].has(sp.Integral) else "closed form")
             return self._direct[name](q)

@@ -7,7 +7,7 @@ relative at q = 1e-12). Below Q_SMALL the engine takes the defining integrals in
     V(q) = E[phi(sqrt(q) Z)^2],   mean(q) = E[phi(sqrt(q) Z)],   Z ~ N(0, 1),
 
 by a fixed Gauss-Legendre rule on [-Z_WINDOW, Z_WINDOW] split at 0, with phi in its accurate float64 form
-(expm1, log1p); the mean too where its closed form loses more digits than the rule. Single-node kernels only, and only when every kink other than 0 lies outside the window at
+(expm1, log1p), for each map whose closed form loses more digits than the rule. Single-node kernels only, and only when every kink other than 0 lies outside the window at
 Q_SMALL, so the integrand is smooth on each panel.
 """
 from __future__ import annotations
@@ -36,8 +36,8 @@ def _rule():
 
 
 class SmallQ:
-    """V(q) and mean(q) on float64 arrays of 0 < q < Q_SMALL; ``names``: the maps it serves (V always, the
-    mean where its closed form is the worse of the two at q = 1e-8)."""
+    """V(q) and mean(q) on float64 arrays of 0 < q < Q_SMALL; ``names``: the maps it serves (those whose
+    closed form is the worse of the two at small q)."""
 
     def __init__(self, phi, names=MAPS):
         self.phi, self.names = vectorised(phi, NUMPY_MODULES), names
@@ -53,22 +53,28 @@ class SmallQ:
 
 
 def small_q(K) -> SmallQ | None:
-    """The small-q rule of kernel K, or None where it does not apply (pools, phi(0) != 0, kinks near 0)."""
+    """The small-q rule of kernel K, or None where it does not apply (pools, phi(0) != 0, kinks near 0) or
+    is not needed (closed forms that keep their digits, integrals)."""
     if K.act.pool is not None and K.act.k > 1:
         return None
     if K.psi0 != 0 or any(k != 0 and abs(k) <= Z_WINDOW * math.sqrt(Q_SMALL) for k in K.kinks):
         return None
+    closed = [n for n in MAPS if not K[n].has(sp.Integral)]   # integrals keep their tables or quadrature
+    if not closed:
+        return None
     rule = SmallQ(K.phi)
-    return SmallQ(K.phi, tuple(n for n in MAPS if n == "V" or _worse(K, n, rule)))
+    names = tuple(n for n in closed if _worse(K, n, rule))
+    return SmallQ(K.phi, names) if names else None
 
 
-def _worse(K, name, rule, q=1e-8):
-    """The closed form of ``name`` loses more digits at q than the rule (both against its 40-digit value);
-    maps that are integrals keep their error-controlled quadrature."""
+def _worse(K, name, rule, qs=(1e-12, 1e-8, 1e-4)):
+    """The closed form of ``name`` loses more digits than the rule at some q of ``qs`` (both against its
+    40-digit value)."""
     expr = K[name]
-    if expr.has(sp.Integral):
-        return False
-    with mpmath.workdps(40):
-        ref = evaluate(expr, (Q,), (mpmath.mpf(q),), (), 40)
-    closed = float(evaluate(expr, (Q,), (q,)))
-    return abs(closed - ref) > abs(float(rule(name, q)) - ref)
+    for q in qs:
+        with mpmath.workdps(40):
+            ref = evaluate(expr, (Q,), (mpmath.mpf(q),), (), 40)
+        closed = float(evaluate(expr, (Q,), (q,)))
+        if abs(closed - ref) > max(abs(float(rule(name, q)) - ref), 1e-15 * abs(ref)):
+            return True
+    return False

@@ -2,12 +2,14 @@
 import mpmath as mp
 import numpy as np
 import pytest
+import sympy as sp
 
 import symfield as sf
 from symfield.core.errors import PrecisionError
 from symfield.numeric.context import Mp
 from symfield.numeric.maps import maps
-from symfield.numeric.small_q import Q_SMALL
+from symfield.numeric.small_q import Q_SMALL, small_q
+from symfield.numeric.table1d import TOL
 from symfield.symbolic.kernel import kernel
 
 QS = np.array([1e-14, 1e-12, 1e-9, 1e-6, 1e-4, 1e-2, 0.09, Q_SMALL, 0.3])
@@ -25,8 +27,11 @@ def worst(act, name):
 
 @pytest.mark.parametrize("act", ZERO_AT_ZERO)
 def test_variance_map_keeps_its_digits_as_q_goes_to_0(act):
-    """Old code: elu 7.7e-5 and sin 2.2e-5 relative at q = 1e-12 (O(1) terms of the closed form cancelling)."""
-    assert worst(act, "V") < 2e-15
+    """Old code: elu 7.7e-5 and sin 2.2e-5 relative at q = 1e-12 (O(1) terms of the closed form cancelling).
+    Closed forms and the rule: 2e-15; integrals read from their 1-D table: its certified TOL per panel."""
+    K = kernel(sf.activation(act))
+    assert worst(act, "V") < (2e-15 if not K.V.has(sp.Integral) else 10 * TOL)
+    assert (small_q(K) is not None) == (act in ("elu", "sin"))     # the rule only where the closed form loses
 
 
 @pytest.mark.parametrize("act", ["elu", "gelu", "relu", "sin", "tanh"])

@@ -78,6 +78,8 @@ def c_star_f64(K, sw, sb, qs=None):
     g1 = g(c1, alln)
     done = (np.abs(g1) <= G_TOL) | (sw == 0) | np.isnan(qs) | frozen
     out[done] = np.where(np.isnan(qs[done]), np.nan, c1[done])
+    to_one = _ordered_to_one(K, M, sw, qs, finite, c1, g1) & ~done
+    out[to_one], done[to_one] = 1.0, True
     end = np.where(g1 > 0, 1.0, -1.0)
     fracs = np.concatenate([np.arange(1, SCAN) / SCAN, 1 - NEAR_END / SCAN])
     prev_c, prev_g = c1.copy(), g1.copy()
@@ -105,6 +107,24 @@ def c_star_f64(K, sw, sb, qs=None):
     if j.size:
         out[j] = vroot(lambda x, k: g(x, j[k]), lo[j], hi[j], glo[j], ghi[j])
     return out, qs
+
+
+CHI1_MARGIN = 1e-9   # chi1 <= 1 - this: c* = 1 without a scan (single node or avg-pool, c^(1) >= 0)
+
+
+def _ordered_to_one(K, M, sw, qs, finite, c1, g1):
+    """Points whose c* is 1 by convexity, no scan needed. At equal norms C(q, q, c q) = sum_n a_n c^n with
+    a_n >= 0 (Mehler: a_n = q^n E[phi^(n)]^2/n!), for one node and for an average of nodes, so
+    g(c) = f(c) - c is convex on [0, 1] with g(1) = 0 at q*. If g'(1) = chi1 - 1 < 0 and g(c^(1)) > 0,
+    g has no root in [c^(1), 1) and the recursion climbs to 1. Max-pools keep the scan."""
+    if K.act.pool == "max" and K.act.k > 1:
+        return np.zeros(sw.shape, bool)
+    ok = finite & (c1 >= 0) & (g1 > G_TOL)
+    if not ok.any():
+        return ok
+    chi1 = np.full(sw.shape, np.inf)
+    chi1[ok] = sw[ok] * M.dpsi2(qs[ok])
+    return ok & (chi1 <= 1 - CHI1_MARGIN)
 
 
 Q_DESCENT, MAX_DESCENT = 1e-8, 5000   # q* = 0: follow the recursion down to q = Q_DESCENT (layer cap)

@@ -7,6 +7,8 @@ import pytest
 
 import symfield as sf
 from oracles import mp_expect1
+from symfield.numeric.maps import maps
+from symfield.symbolic.kernel import kernel
 
 
 def test_relu_q_star_closed_form():
@@ -350,3 +352,21 @@ def test_eoc_homogeneous_dps_and_curve_agree_with_phase():
         assert abs(sf.eoc(act, 0.1, dps=30).sigma_w2 - mp.mpf(8) / 5) <= mp.mpf(10) ** -30 * 2
     assert sf.eoc_curve(act, [0.0, 0.1, 0.3]).tolist() == pytest.approx([1.6] * 3, rel=1e-15)
     assert sf.phase(act, 1.6, 0.3) == "edge-of-chaos" and sf.phase(act, 1.59, 0.3) == "ordered-deep-prejudice"
+
+
+@pytest.mark.parametrize("act", ["tanh", "erf", "sin", "gelu", "softplus", ("tanh", "avg")])
+def test_c_star_one_by_convexity_matches_the_scan(act, monkeypatch):
+    """Points with chi1 < 1 get c* = 1 without a scan (C(q, q, c q) has nonnegative Taylor coefficients in c,
+    so f(c) - c is convex on [0, 1]); the scan, run on the same points, finds no root before 1 either."""
+    from symfield.theory import cstar   # noqa: PLC0415
+    A = sf.activation(act[0], pool=act[1], k=2) if isinstance(act, tuple) else sf.activation(act)
+    K = kernel(A)
+    sw, sb = np.meshgrid(np.linspace(0.1, 4.0, 40), np.linspace(0.0, 0.3, 7))
+    sw, sb = sw.ravel(), sb.ravel()
+    fast, qs = cstar.c_star_f64(K, sw, sb)
+    chi1 = sw * maps(K).dpsi2(np.where((qs > 0) & np.isfinite(qs), qs, 1.0))
+    used = cstar._ordered_to_one(K, maps(K), sw, qs, (qs > 0) & np.isfinite(qs), sb / (sw + sb), np.ones(sw.size))
+    assert used.sum() >= 20 and np.all(chi1[used] < 1)
+    monkeypatch.setattr(cstar, "_ordered_to_one", lambda K, M, sw, *a: np.zeros(sw.shape, bool))
+    slow, _ = cstar.c_star_f64(K, sw, sb)
+    np.testing.assert_array_equal(fast, slow)

@@ -51,7 +51,9 @@ def c_star_f64(K, sw, sb, qs=None):
     L, at_inf = at_infinity(K, qs)
     qe = np.where(finite, qs, np.where(at_inf, 1.0, limit_q(K, qs)))
     c1 = np.where(sw + sb > 0, sb / np.where(sw + sb > 0, sw + sb, 1.0), 0.0)
-    to_zero = np.nonzero((qs == 0) & (sw > 0))[0] if _descent_cheap(K, M) else np.zeros(0, int)
+    # odd psi from c^(1) = 0 (sigma_b2 = 0) stays at c = 0 exactly, C(q, q, 0) = E[psi]^2 = 0: no descent
+    descend = (qs == 0) & (sw > 0) & ~((K.parity == 1) & (c1 == 0))
+    to_zero = np.nonzero(descend)[0] if _descent_cheap(K, M) else np.zeros(0, int)
     frozen = np.zeros(sw.shape, bool)
     if to_zero.size:       # start the limit map where the recursion has brought c (c freezes: c* is there)
         c1 = c1.copy()

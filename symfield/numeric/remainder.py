@@ -26,20 +26,43 @@ X_WINDOW = 200.0     # d is integrated over [-X_WINDOW, X_WINDOW]
 PANEL = 0.5          # Gauss-Legendre panel width (12 nodes per panel)
 DECAY_RTOL = 1e-18   # d must be below this times int |d| on the outermost unit of the window
 Q_SPLIT = 1e4        # g(q) uses the split form from this q upwards
+N_SERIES = 12        # terms of the 1/q series of R (Remainder.q_series and up)
+SERIES_RTOL = 1e-17  # ... used where its truncation bound is below this times sum |w d|
 _T, _W = np.polynomial.legendre.leggauss(12)
 _DONE: dict = caches.memo()
 
 
 class Remainder:
-    """R(q) = E[phi^2 - phi_L^2] on float64 arrays q >= Q_SPLIT, and V_L(1)."""
+    """R(q) = E[phi^2 - phi_L^2] on float64 arrays q >= Q_SPLIT, and V_L(1).
+
+    From ``q_series`` up, exp(-x^2/2q) is expanded: R(q) = sum_k<N_SERIES M_2k (-1/2q)^k/k! / sqrt(2 pi q),
+    M_2k = sum_i w_i d_i x_i^2k. The Taylor remainder of e^-t (t >= 0) is at most t^N/N!, so the series is
+    within SERIES_RTOL sum_i |w_i d_i| of the node sum where A_2N/((2q)^N N!) is, A_2N = sum_i |w_i d_i| x_i^2N."""
 
     def __init__(self, nodes, weights, d, vl1):
         self.x2, self.wd, self.VL1 = nodes * nodes, weights * d, vl1
+        k = np.arange(N_SERIES)
+        self.moments = (self.wd[None, :] * self.x2[None, :] ** k[:, None]).sum(axis=1) / \
+            np.array([math.factorial(int(j)) for j in k], float)
+        a2n = float(np.sum(np.abs(self.wd) * self.x2 ** N_SERIES)) / math.factorial(N_SERIES)
+        self.q_series = max(Q_SPLIT, 0.5 * (a2n / (SERIES_RTOL * float(np.sum(np.abs(self.wd))))) ** (1 / N_SERIES))
 
     def __call__(self, q):
         q = np.asarray(q, float)
-        dens = np.exp(-self.x2[None, :] / (2 * q.reshape(-1, 1))) / np.sqrt(2 * math.pi * q.reshape(-1, 1))
-        return (dens @ self.wd).reshape(q.shape)
+        flat = q.reshape(-1)
+        out = np.empty(flat.shape)
+        far = flat >= self.q_series
+        if far.any():
+            u = -0.5 / flat[far]
+            acc = np.zeros(u.shape)
+            for m in self.moments[::-1]:          # Horner in u = -1/(2q)
+                acc = acc * u + m
+            out[far] = acc / np.sqrt(2 * math.pi * flat[far])
+        near = ~far
+        if near.any():
+            qn = flat[near].reshape(-1, 1)
+            out[near] = (np.exp(-self.x2[None, :] / (2 * qn)) / np.sqrt(2 * math.pi * qn)) @ self.wd
+        return out.reshape(q.shape)
 
 
 def _rule(kinks):

@@ -3,6 +3,7 @@ defining integral, and the fixed points it decides where sigma_w2 V_L(1) = 1 (He
 import math
 
 import mpmath
+import numpy as np
 import pytest
 
 import symfield as sf
@@ -25,11 +26,21 @@ def _r_mpmath(phi, phiL, q):
 
 
 @pytest.mark.parametrize("name", sorted(PHIS))
-@pytest.mark.parametrize("q", [1e4, 1e7, 1e11])
+@pytest.mark.parametrize("q", [1e4, 3e4, 1e5, 1e7, 1e11])
 def test_remainder_matches_mpmath(name, q):
     rem = remainder(kernel(name))
     want = _r_mpmath(*PHIS[name], q)
     assert abs(float(rem(q)) - want) <= 1e-12 * abs(want)
+
+
+@pytest.mark.parametrize("name", sorted(PHIS))
+def test_series_in_one_over_q_matches_the_node_sum(name):
+    """From q_series up R is a 1/q series of the nodes' moments (its truncation bound below 1e-17 sum|w d|)."""
+    rem = remainder(kernel(name))
+    q = np.geomspace(rem.q_series, 1e14, 40)
+    nodes = (np.exp(-rem.x2[None, :] / (2 * q[:, None])) / np.sqrt(2 * math.pi * q[:, None])) @ rem.wd
+    scale = np.abs(rem.wd).sum() / np.sqrt(2 * math.pi * q)
+    assert np.all(np.abs(rem(q) - nodes) <= 4e-15 * scale)
 
 
 def test_he_softplus_has_no_finite_fixed_point():

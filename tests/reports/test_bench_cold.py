@@ -1,4 +1,4 @@
-"""`symfield bench --suite cold` (symfield/reports/bench_cold.py): correctness only, never timings.
+"""`symfield bench --suite cold` (symfield/reports/bc.py): correctness only, never timings.
 
 A tiny row (a 3x3 relu phase diagram) runs in a child process on an empty cache and its JSON report is
 read back; a row whose child reports values perturbed by 1e-6 must show an error of that size (so the
@@ -104,7 +104,7 @@ def test_cli_timeout_must_be_finite(value, capsys, tmp_path):
     err = capsys.readouterr().err
     assert "'--timeout' option of bench must be a finite number of seconds > 0" in err and value in err
     assert len(err.strip().splitlines()) == 1
-    with pytest.raises(ValueError, match="'timeout' parameter of bench_cold.run must be a finite float > 0"):
+    with pytest.raises(ValueError, match="'timeout' parameter of bc.run must be a finite float > 0"):
         bc.run_row(tiny(), timeout=float(value), root=tmp_path)
     assert list(tmp_path.iterdir()) == []       # refused before any child or cache directory
 
@@ -114,3 +114,14 @@ def test_cli_output_directory_must_exist(capsys, tmp_path):
     assert main(["bench", "--suite", "cold", "--rows", "elu-phase-point", "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert "does not exist" in err and len(err.strip().splitlines()) == 1 and not out.parent.exists()
+
+
+def test_max2_oracle_refuses_correlations_it_cannot_resolve():
+    """The argmax oracle's density ridge has width sqrt(1 - rho^2): at rho = 1 - 4.4e-7 it returned C = 12.98
+    for tanh+max2 (V = 0.308), which the cold suite reported as a propagate error of 29."""
+    g = bc._g_np(bc._act(dict(act="tanh", pool="max")))
+    with pytest.raises(ValueError, match="rho"):
+        bc.max2_C(g, 0.6, 0.6, 0.6 * 0.999)
+    rho = bc.RHO_MAX
+    assert bc.max2_C(g, 0.7, 0.7, 0.7 * rho) == pytest.approx(
+        bc.max2_C(g, 0.7, 0.7, 0.7 * rho, nodes=24), rel=1e-13)

@@ -1,4 +1,4 @@
-"""`symfield bench --suite cold` (symfield/reports/bc.py): correctness only, never timings.
+"""`symfield bench --suite cold` (symfield/reports/bench_cold.py): correctness only, never timings.
 
 A tiny row (a 3x3 relu phase diagram) runs in a child process on an empty cache and its JSON report is
 read back; a row whose child reports values perturbed by 1e-6 must show an error of that size (so the
@@ -104,7 +104,7 @@ def test_cli_timeout_must_be_finite(value, capsys, tmp_path):
     err = capsys.readouterr().err
     assert "'--timeout' option of bench must be a finite number of seconds > 0" in err and value in err
     assert len(err.strip().splitlines()) == 1
-    with pytest.raises(ValueError, match="'timeout' parameter of bc.run must be a finite float > 0"):
+    with pytest.raises(ValueError, match="'timeout' parameter of bench_cold.run must be a finite float > 0"):
         bc.run_row(tiny(), timeout=float(value), root=tmp_path)
     assert list(tmp_path.iterdir()) == []       # refused before any child or cache directory
 

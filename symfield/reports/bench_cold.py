@@ -274,7 +274,8 @@ def _check_fixed_point(act, points):
     return err
 
 
-RHO_MAX = 0.97       # 12-node unit panels: 2.6e-15 at rho = 0.97 against 24 nodes; 1.9e-8 at 0.99
+RIDGE = 2.9          # max2_C needs sqrt(1 - rho^2) >= RIDGE/nodes: the density ridge spans a few nodes
+RHO_MAX = math.sqrt(1 - (RIDGE / 12) ** 2)   # 0.970 at 12 nodes (2.6e-15 against 24 nodes; 1.9e-8 at 0.99)
 
 
 def max2_C(g, q1, q2, q12, nodes=12, L=9.0):
@@ -285,8 +286,9 @@ def max2_C(g, q1, q2, q12, nodes=12, L=9.0):
     from scipy.special import ndtr
     s1, s2 = math.sqrt(q1), math.sqrt(q2)
     rho = q12 / (s1 * s2)
-    if abs(rho) > RHO_MAX:   # the density's ridge (width sqrt(1 - rho^2)) falls between the unit-panel nodes
-        raise ValueError(f"max2_C resolves |rho| <= {RHO_MAX} only, got rho = {rho!r}")
+    if 1 - rho * rho < (RIDGE / nodes) ** 2:   # the density's ridge would fall between the unit-panel nodes
+        raise ValueError(f"max2_C with {nodes} nodes resolves |rho| <= {math.sqrt(1 - (RIDGE / nodes) ** 2):.4f} "
+                         f"only, got rho = {float(rho)!r}")
     r = math.sqrt(1 - rho * rho)
     t0, w0 = np.polynomial.legendre.leggauss(nodes)
     edges = np.arange(-L, L + 0.5)

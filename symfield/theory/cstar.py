@@ -45,7 +45,6 @@ def c_star_f64(K, sw, sb, qs=None):
     (sigma_b2 negligible against q; exact for positively homogeneous psi). Returns (c*, q*)."""
     M = maps(K)
     sw, sb = np.asarray(sw, float), np.asarray(sb, float)
-    M.plan(sw.size * (SCAN + NEAR_END.size))     # the scan's lookups, announced to the rent-or-buy rule
     qs = q_star_points(maps(K), sw, sb) if qs is None else qs
     finite = (qs > 0) & (qs < math.inf)
     L, at_inf = at_infinity(K, qs)
@@ -54,6 +53,8 @@ def c_star_f64(K, sw, sb, qs=None):
     # odd psi from c^(1) = 0 (sigma_b2 = 0) stays at c = 0 exactly, C(q, q, 0) = E[psi]^2 = 0: no descent
     descend = (qs == 0) & (sw > 0) & ~((K.parity == 1) & (c1 == 0))
     to_zero = np.nonzero(descend)[0] if _descent_cheap(K, M) else np.zeros(0, int)
+    per_point = SCAN + NEAR_END.size    # lookups announced to the rent-or-buy rule: a scan's worth per descent
+    M.plan(sw.size + to_zero.size * per_point)
     frozen = np.zeros(sw.shape, bool)
     if to_zero.size:       # start the limit map where the recursion has brought c (c freezes: c* is there)
         c1 = c1.copy()
@@ -82,6 +83,7 @@ def c_star_f64(K, sw, sb, qs=None):
     out[done] = np.where(np.isnan(qs[done]), np.nan, c1[done])
     to_one = _ordered_to_one(K, M, sw, qs, finite, c1, g1) & ~done
     out[to_one], done[to_one] = 1.0, True
+    M.plan(sw.size + (to_zero.size + int((~done).sum())) * per_point)    # ... and per point still scanned
     end = np.where(g1 > 0, 1.0, -1.0)
     fracs = np.concatenate([np.arange(1, SCAN) / SCAN, 1 - NEAR_END / SCAN])
     prev_c, prev_g = c1.copy(), g1.copy()

@@ -304,8 +304,10 @@ def chi1(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, q: Arr
 
 def _normed_chi1(K, opts, sw, sb, qv, dps):
     """chi1 under a normalisation (:mod:`symfield.theory.norm`)."""
-    if opts.kind == "batch":
-        rate = nm.bn_rate(K, opts.at, opts.batch, dps)[0]
+    if opts.kind == "batch" and opts.at == "after" and opts.batch is None:   # B -> inf: the batch statistics are constants
+        out = nm.ln_chi1(K, "after", sw, sb, qv, dps)
+    elif opts.kind == "batch":
+        rate = nm.bn_rate(K, opts.at, opts.batch, dps, sw, sb)[0]
         out = rate + 0 * sw + 0 * sb if dps is None else rate
     else:
         out = nm.ln_chi1(K, opts.at, sw, sb, qv, dps)

@@ -449,11 +449,17 @@ def bn_gram(K, at, B, dps=None, c=None):
     return sphere_moments(K, B, dps)[0][:2]
 
 
-def bn_rate(K, at, B, dps=None):
-    """lambda_B: the per-layer growth of the squared gradient under BatchNorm (before phi); (value, method)."""
+def bn_rate(K, at, B, dps=None, sw=None, sb=None):
+    """lambda_B: the per-layer growth of the squared gradient under BatchNorm; (value, method). Before phi it
+    does not depend on the weights. After phi only B -> infinity is given: the batch mean and standard deviation
+    of phi(h) are then constants, so lambda = sigma_w2 E[phi'^2](q*)/Var phi(q*) at q* = sigma_w2 + sigma_b2."""
     if at == "after":
-        raise Unsupported("The gradient rate under BatchNorm after phi is not supported (the batch standard "
-                          "deviation of phi(h) is not independent of its direction); use norm_at='before'.")
+        if B is not None:
+            raise Unsupported(f"The gradient rate under BatchNorm after phi at a finite batch (batch={B}) is not "
+                              "supported: the batch standard deviation of phi(h) depends on the batch vector's "
+                              "direction, so the sphere reduction of norm_at='before' does not apply. batch=None "
+                              "(B -> infinity) gives sigma_w2 E[phi'^2]/Var phi; norm_at='before' gives lambda_B.")
+        return ln_chi1(K, "after", sw, sb, None, dps), "engine (B -> infinity: sigma_w2 E[phi'^2](q*)/Var phi(q*))"
     mom, how = sphere_moments(K, B, dps)
     with mpmath.workdps((dps or 15) + GUARD_DIGITS):
         if B is None:
@@ -547,11 +553,12 @@ def batchnorm(act: str | Activation, sigma_w2: float, sigma_b2: float, batch: in
         with mpmath.workdps(dps + GUARD_DIGITS):
             sw, sb = to_mpf(sigma_w2), to_mpf(sigma_b2)
     qa, qab, c, gamma = bn_fixed(K, opts.at, sw, sb, opts.batch, dps)
-    if opts.at == "before":
-        rate, how = bn_rate(K, "before", opts.batch, dps)
+    if opts.at == "before" or opts.batch is None:
+        rate, how = bn_rate(K, opts.at, opts.batch, dps, sw, sb)
     else:
-        rate, how = (math.nan, "closed form (after phi: sum_a y_a = 0, sum_a y_a^2 = B)" +
-                     ("; dead units by the orthant probability" if flat_below(K) and opts.batch else ""))
+        rate, how = (math.nan, "closed form (after phi: sum_a y_a = 0, sum_a y_a^2 = B); the gradient rate at a "
+                     "finite batch is not given (NaN)" +
+                     ("; dead units by the orthant probability" if flat_below(K) else ""))
     if dps is None:
         qa, qab, c, gamma = (float(v) for v in (qa, qab, c, gamma))
     return BatchNormResult(c, gamma, qa, qab, rate, how, opts.batch, opts.at)
@@ -605,9 +612,12 @@ def normed_phase(K, opts, sw, sb):
     """(q*, c*, gamma*, slope, note) of one initialisation under a normalisation (float64)."""
     if opts.kind == "batch":
         qa, qab, c, gamma = (float(v) for v in bn_fixed(K, opts.at, sw, sb, opts.batch))
-        rate = bn_rate(K, "before", opts.batch)[0] if opts.at == "before" else math.nan
+        known = opts.at == "before" or opts.batch is None
+        rate = float(bn_rate(K, opts.at, opts.batch, None, sw, sb)[0]) if known else math.nan
         note = (f"{opts.label}: the batch Gram is at its fixed point after one normalised layer (c* = {c:.6g}); "
-                f"gradient rate lambda_B = {rate:.6g} per layer whatever the weights")
+                + (f"gradient rate lambda_B = {rate:.6g} per layer whatever the weights" if opts.at == "before" else
+                   f"gradient rate {rate:.6g} per layer (B -> infinity)" if known else
+                   "the gradient rate after phi at a finite batch is not given"))
         return qa, c, gamma, rate, note
     slope = float(ln_chi1(K, opts.at, sw, sb))
     qs = float(ln_q(K, opts.at, sw, sb, 1.0))

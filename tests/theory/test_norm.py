@@ -233,6 +233,33 @@ def test_batchnorm_gradient_rate_against_networks(act, B):
     assert abs(mean - sf.batchnorm(act, 2.0, 0.1, B).rate) <= 3 * se
 
 
+@pytest.mark.parametrize("act,f,df", [
+    ("tanh", mpmath.tanh, lambda t: mpmath.sech(t) ** 2),
+    ("gelu", lambda t: t * mpmath.ncdf(t), lambda t: mpmath.ncdf(t) + t * mpmath.npdf(t))])
+def test_batchnorm_after_rate_at_infinite_batch_against_quadrature(act, f, df):
+    """BatchNorm after phi, B -> inf: the batch mean and standard deviation of phi(h) are constants, so the
+    squared gradient grows by sigma_w2 E[phi'(h)^2]/Var phi(h) per layer, h ~ N(0, sigma_w2 + sigma_b2)."""
+    sw, sb = 1.7, 0.2
+    s = mpmath.sqrt(sw + sb)
+    m, v = gauss1(lambda z: f(s * z)), gauss1(lambda z: f(s * z) ** 2)
+    want = sw * gauss1(lambda z: df(s * z) ** 2) / (v - m * m)
+    got = sf.chi1(act, sw, sb, norm="batch", norm_at="after")
+    assert abs(got - float(want)) <= 1e-12 * float(want)
+    assert sf.batchnorm(act, sw, sb, norm_at="after").rate == pytest.approx(float(got), rel=1e-14)
+    assert math.isnan(sf.batchnorm(act, sw, sb, batch=8, norm_at="after").rate)
+
+
+def test_batchnorm_after_relu_rate_at_infinite_batch_closed_form():
+    """relu: sigma_w2 (1/2)/(q (1/2 - 1/(2 pi))) = sigma_w2 pi/((pi - 1)(sigma_w2 + sigma_b2)), at every grid point."""
+    sw, sb = np.array([0.5, 2.0, 3.0]), np.array([0.0, 0.1, 1.0])
+    got = sf.chi1("relu", sw, sb, norm="batch", norm_at="after")
+    assert np.allclose(got, sw * math.pi / ((math.pi - 1) * (sw + sb)), rtol=1e-14, atol=0)
+    r = sf.batchnorm("relu", 2.0, 0.1, norm_at="after", dps=30)
+    with mpmath.workdps(30):
+        want = 2 * mpmath.pi / ((mpmath.pi - 1) * mpmath.mpf("2.1"))
+    assert abs(r.rate - want) < mpmath.mpf(10) ** -28
+
+
 def test_batchnorm_gamma_of_the_logits_against_networks():
     """gamma = q_ab/(q - q_ab) of the last layer's pre-activations (a readout's logits) under BatchNorm
     before relu, against seeded networks of width 2000 (16 networks, a batch of 8 orthonormal inputs)."""
@@ -260,8 +287,8 @@ def test_batchnorm_unequal_norms_and_unsupported_requests():
         sf.qab_map("relu", 1.0, 2.0, 0.3, 2.0, 0.0, norm="batch", batch=8)
     with pytest.raises(NotImplementedError, match="equicorrelated"):
         sf.propagate("relu", 2.0, 0.0, depth=3, qbb0=2.0, norm="batch")
-    with pytest.raises(NotImplementedError, match="after phi"):
-        sf.chi1("relu", 2.0, 0.0, norm="batch", norm_at="after")
+    with pytest.raises(NotImplementedError, match="after phi at a finite batch"):
+        sf.chi1("relu", 2.0, 0.0, norm="batch", norm_at="after", batch=8)
     with pytest.raises(ValueError, match="no edge of chaos"):
         sf.eoc("relu", 0.1, norm="batch", batch=8)
     with pytest.raises(ValueError, match="'batch' parameter of simulate"):

@@ -106,3 +106,16 @@ def test_paths_the_engine_keeps_in_numpy():
     assert p.method == "numpy-norm"
     with pytest.raises(sf.SymfieldError, match="'residual' parameter of propagate"):
         sf.propagate("relu", 2.0, 0.1, depth=4, residual=0.5, norm="layer")
+
+
+@pytest.mark.parametrize("at", ["before", "after"])
+def test_vectorised_c_star_matches_the_fixed_point_by_iteration(at):
+    """normed_phases solves c* at all points at once; the oracle iterates the c-map (a contraction there) itself."""
+    K, o = kernel("tanh"), nm.options("t", "layer", at)
+    sw, sb = np.array([0.8, 1.5, 3.0]), np.array([0.1, 0.2, 0.05])
+    cs = nm.normed_phases(K, o, sw, sb)[1]
+    c = sb / (sw + sb)
+    for _ in range(3000):
+        c = nm.c_next(K, o, sw, sb, c)
+    np.testing.assert_allclose(cs, c, rtol=1e-11)
+    assert nm.ln_c_star(K, o, 1.5, 0.2) == pytest.approx(cs[1], rel=1e-14)

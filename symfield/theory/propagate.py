@@ -255,7 +255,9 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
         (then qab0 = (q0 + qbb0 - d0)/2).
     norm, norm_at, batch : optional
         None / "layer" / "batch", "before" / "after" phi, BatchNorm batch size (None: B -> inf); the
-        normalised maps of docs/theory.md section 12, run layer by layer on the engine (method "numpy-norm").
+        normalised maps of docs/theory.md section 12. LayerNorm runs in the compiled grid recursion of the
+        engine (methods as without a norm; ``params["norm"]`` says which); BatchNorm, LayerNorm after phi with
+        qbb0 != q0 and maps on quadrature run layer by layer in NumPy (method "numpy-norm").
     dps : int, optional
         mpmath numbers at N digits, layer by layer on the engine (object arrays; method "mpmath").
     ntk : bool
@@ -286,11 +288,14 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
     d0, qab = _distance(d0, qa0, qb0, qab)
     opts, dps = nm.options(_F, norm, norm_at, batch), check.dps(_F, dps)
     _ntk_allowed(ntk, opts, dps, general, qbb0)
-    if opts is not None or dps is not None:
+    if dps is not None or (opts is not None and alpha is not None):
         return _layerwise(K, opts, swf, sbf, shape, qa0, qb0, qab, d0, depth, store, alpha, dps)
     run_store = np.arange(1, depth + 1, dtype=np.int64) if ntk else store
-    out, status, last, how, error, info = maps(K, method=method).run_grid(
-        swf, sbf, qa0, qb0, qab, d0, depth, run_store, alpha2, alpha is not None, general)
+    ran = maps(K, method=method).run_grid(swf, sbf, qa0, qb0, qab, d0, depth, run_store, alpha2, alpha is not None,
+                                         general, norm=opts)
+    if ran is None:                      # the engine has no compiled path for this normalisation
+        return _layerwise(K, opts, swf, sbf, shape, qa0, qb0, qab, d0, depth, store, alpha, dps)
+    out, status, last, how, error, info = ran
     rows = (store.size,) + tuple(shape)
     thetas = _ntk_rows(K, out, swf, sbf, qa0, qab, d0, alpha, store) if ntk else (None, None, None)
     if ntk:
@@ -300,7 +305,8 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
         q=out_qa.reshape(rows), qab=out_qab.reshape(rows),
         qbb=out_qb.reshape(rows) if general else None,
         layers=store, status=status.reshape(shape), grid_shape=tuple(shape), method=how,
-        params=dict(act=K.act.name, depth=depth, q0=qa0, qab0=qab, qbb0=qb0, d0=d0, residual=alpha, **info),
+        params=dict(dict(act=K.act.name, depth=depth, q0=qa0, qab0=qab, qbb0=qb0, d0=d0, residual=alpha, norm=None,
+                         norm_at=None, batch=None), **info),
         error=error, d=out_d.reshape(rows), last_finite=last.reshape(shape),
         sigma_w2=swf.reshape(shape), sigma_b2=sbf.reshape(shape),
         **({} if not ntk else dict(zip(("theta_aa", "theta_ab", "d_theta"), (v.reshape(rows) for v in thetas)))))

@@ -354,6 +354,11 @@ class Maps:
             else:
                 use = (T.covers(np.array([lo, hi]), np.array([lo, hi])).all() or self.method == "table"
                        or self._rent2d.worth(work, T.seconds_per_panel * max(1, T.panels_needed(lo, min(hi, T.q_top)))))
+            if use and not code and not self._compile_pays(T, work):   # a few point-layers: the same table, looked up in Python
+                out, status, last = grid.run_numpy(self, *args)
+                return out, status, last, "python-table", getattr(T, "error", {}), dict(
+                    table=T.describe(), table_path=T.info.get("path"), distance=self._distance_note(),
+                    compiled="no: the table module is not loaded and compiling it costs more than the lookups")
             if use:
                 try:
                     out = self._run_table(T, args, code, aux, cover)
@@ -364,6 +369,16 @@ class Maps:
             return None
         out, status, last = grid.run_numpy(self, *args)
         return out, status, last, "numpy-quadrature", {}, dict(info, distance=self._distance_note())
+
+    def _compile_pays(self, T, work):
+        """Run the grid in the compiled table module: it is loaded already, the method is "table", or the lookups
+        of ``work`` point-layers (about three per point-layer: C, D and V) as plain Python would cost more than
+        compiling it (the rent-or-buy rule of :meth:`_lookup`; a 24-layer network's one or two points compile
+        nothing, which cold costs 30 s or more)."""
+        if self.method == "table" or codegen.table_module_loaded():
+            return True
+        per = min(self._rent_compile.per_eval, 1e-5) if T.kind == "homogeneous" else self._rent_compile.per_eval
+        return self._rent_compile.spent + (3 * work + self._ahead) * per >= COMPILE_SECONDS
 
     def _run_table(self, T, args, norm=0, aux=grid.NO_AUX, cover=None):
         def spill(point_layers, lo, hi):      # quadrature for these points is cheaper than building

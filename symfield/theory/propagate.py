@@ -6,7 +6,8 @@
 
 The recursion runs on the path the maps engine chooses (:meth:`symfield.numeric.maps.Maps.run_grid`):
 generated compiled code for closed forms ("numba-generated"), the compiled recursion over a certified
-table grown as the points move ("numba-table", "+numpy-quadrature" for points it cannot finish), or the
+table grown as the points move ("numba-table", "+numpy-quadrature" for points it cannot finish; "python-table",
+the same table looked up in Python, when a few point-layers would not repay compiling the table module), or the
 same step with NumPy quadrature ("numpy-quadrature"); docs/numerics.md section 1.
 """
 from __future__ import annotations
@@ -269,7 +270,7 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
     Propagation
         ``.q``, ``.qab``, ``.qbb``, ``.d``, ``.c``, ``.one_minus_c``, ``.gamma`` of shape
         ``(len(layers), *grid_shape)``, ``.layers``, per-point ``.status`` (:data:`STATUS`) and ``.last_finite``,
-        ``.method`` ("numba-generated", "numba-table", "numba-table+numpy-quadrature" or
+        ``.method`` ("numba-generated", "numba-table", "numba-table+numpy-quadrature", "python-table" or
         "numpy-quadrature") and ``.error`` / ``.error_bound`` (the table's certified per-step bounds).
 
     Examples

@@ -316,7 +316,12 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
 def _ntk_rows(K, out, sw, sb, qa0, qab0, d0, alpha, store):
     """Theta_aa, Theta_ab, d_Theta at the stored layers from the NNGP rows of every layer (arrays (depth, P))."""
     q, _, qab, d = (np.asarray(v, dtype=float) for v in out)
-    terms, _, _ = terms_f64(K, q.ravel(), qab.ravel(), d.ravel())
+    vd = None
+    if alpha is None:   # layer l+1's q = sigma_w2 V(q_l) + sigma_b2 and d = sigma_w2 D: the recursion has evaluated them
+        V, D = np.full(q.shape, np.nan), np.full(q.shape, np.nan)
+        V[:-1], D[:-1] = (q[1:] - sb) / sw, d[1:] / sw
+        vd = (V.ravel(), D.ravel())
+    terms, _, _ = terms_f64(K, q.ravel(), qab.ravel(), d.ravel(), vd)
     terms = [t.reshape(q.shape) for t in terms]
     first = (sw * qa0 + sb, sw * qab0 + sb, sw * d0)
     taa, tab, dth, _ = theta_f64(first, terms, Coefficients(sw, sw, sb, alpha))

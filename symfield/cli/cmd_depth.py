@@ -91,7 +91,7 @@ def cmd_divergence(args):
 
     from symfield.theory.divergence import divergence
     out, plot = files(args)
-    d = divergence(act_arg(args), args.sigma_w2, args.sigma_b2, depth=args.depth, dps=args.dps)
+    d = divergence(act_arg(args), args.sigma_w2, args.sigma_b2, depth=args.depth, dps=args.dps, **norm_kw(args))
     value = {"exponential": ("rate", d.rate), "power-law": ("exponent", d.exponent),
              "finite": ("gamma_star", d.gamma_star)}[d.kind]
     summary = {"kind": d.kind, value[0]: value[1], "rms": d.rms, "precision": d.precision}

@@ -129,6 +129,7 @@ def _divergence(p):
     _point(p)
     p.add_argument("--depth", type=int, default=200, help="layers fitted (default 200, at least 20)")
     _dps(p, 40)
+    _norm(p)
     p.add_argument("-o", "--output", metavar="FILE", help="write gamma per layer to FILE.csv/.npz/.nc (fit recorded inside)")
     p.add_argument("--plot", metavar="FILE", help="gamma on semi-log and log-log axes to FILE.png/.pdf/.svg")
 

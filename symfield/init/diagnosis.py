@@ -331,6 +331,13 @@ def _inputs(meas, q0, qab0, sw, sb, P):
     return q0, qab0
 
 
+def _theory_gamma(qab, s, P):
+    """finite_data_gamma's E[Vtilde]/E[V] = (qab + s/P)/(s (1 - 1/P)) with s = q - qab = d/2 from the propagated
+    distance d, which keeps its relative digits as c -> 1 (q - qab in float64 loses them: 5e-5 relative at
+    1 - c = 3e-12)."""
+    return (qab + s / P) / (s * (1 - 1 / P))
+
+
 def diagnose(activations, act, sigma_w2, sigma_b2, width=None, q0=None, qab0=None, residual=None,
              z=None, bands=True, precision=None) -> Diagnosis:
     """Compare pre-activations recorded from any framework with the mean-field theory, layer by layer.
@@ -393,7 +400,7 @@ def diagnose(activations, act, sigma_w2, sigma_b2, width=None, q0=None, qab0=Non
     qt, qabt = np.asarray(p.q, float).reshape(depth), np.asarray(p.qab, float).reshape(depth)
     with np.errstate(invalid="ignore", divide="ignore"):
         ct = qabt / qt if P > 1 else np.full(depth, np.nan)
-        gt = finite_data_gamma(qt, qabt, P)[2] if P > 1 else np.full(depth, np.nan)
+        gt = _theory_gamma(qabt, np.asarray(p.d, float).reshape(depth) / 2, P) if P > 1 else np.full(depth, np.nan)
         (qm, qsd, cm, csd, gm, gsd), note = _bands(A, sw, sb, depth, q0, qab0, P, n, residual, bands)
     d = Diagnosis(layers=np.arange(1, depth + 1), q=meas[:, 0], c=meas[:, 1], gamma=meas[:, 2],
                   q_theory=qt, c_theory=ct, gamma_theory=gt, q_mean=qm, q_sd=qsd, c_mean=cm, c_sd=csd,

@@ -347,14 +347,28 @@ def _dsat_dq(q, t_minus, t_plus):
 
 
 # ---------------------------------------------------------------- measurements
-def _layer(H, phi, ths):
+def _metric(H_prev, phi, sw, sb):
+    """The metric G_ab = sigma_w2 phi(h_a).phi(h_b)/n_prev + sigma_b2 of the next layer given the recorded layer
+    H_prev (batch, n_prev): the exact covariance of every unit of the next layer given this one; None when
+    H_prev is not finite."""
+    if H_prev is None or not np.all(np.isfinite(H_prev)):
+        return None
+    Y = phi(H_prev)
+    with np.errstate(all="ignore"):
+        G = sw * (Y @ Y.T) / H_prev.shape[1] + sb
+    return G if np.all(np.isfinite(G)) else None
+
+
+def _layer(H, phi, ths, G=None):
     """One seed's forward statistics of one layer H (batch, n), and the variances of the mean and the zero
-    fraction given the layer's metric (units i.i.d. given the previous layer; the metric read off H)."""
+    fraction given the layer's metric G (units i.i.d. given the previous layer): G from the previous recorded
+    layer (:func:`_metric`), exact given that layer, else (layer 1, or a non-finite previous layer) read off H
+    itself, H H^T/n: a self-normalised estimate from the same n units (coverage close to nominal)."""
     B, n = H.shape
     fin = np.isfinite(H)
     y = phi(H[fin]) if fin.any() else np.array([np.nan])
     with np.errstate(all="ignore"):
-        Q = H @ H.T / n
+        Q = H @ H.T / n if G is None else G
         d = np.sqrt(np.diag(Q))
         c = np.clip(Q / np.outer(d, d), -1, 1)
         out = dict(q=float(np.mean(H * H)), mean=float(H.mean()), zero_fraction=float(np.mean(H <= 0)),
@@ -385,9 +399,10 @@ def _grad_pair(H, G, G_next, dphi, sw):
     return ratio, cond_mean, cond_var
 
 
-def _seed(Hs, Gs, phi, dphi, ths, sw):
+def _seed(Hs, Gs, phi, dphi, ths, sw, sb):
     """Per-layer dicts of one seed's statistics (forward, and gradients when ``Gs`` is given)."""
-    rows = [_layer(H, phi, ths) for H in Hs]
+    rows = [_layer(H, phi, ths, _metric(Hs[l - 1], phi, sw, sb) if l else None)
+            for l, H in enumerate(Hs)]
     if Gs is not None:
         for l, (H, G) in enumerate(zip(Hs, Gs)):
             with np.errstate(all="ignore"):
@@ -531,7 +546,7 @@ def protocol(forward: Sequence, act: str | Activation, sigma_w2: float, sigma_b2
     gruns = _grads(grads, runs)
     phi, dphi, relu_family, saturating = _kind(A)
     ths = _thresholds(dphi, saturating, threshold, saturation_ratio)
-    per = [_seed(r, None if gruns is None else gruns[s], phi, dphi, ths, sw) for s, r in enumerate(runs)]
+    per = [_seed(r, None if gruns is None else gruns[s], phi, dphi, ths, sw, sb) for s, r in enumerate(runs)]
     meas = {k: np.stack([p[k] for p in per]) for k in per[0]}
     S, L, widths = len(runs), len(runs[0]), [h.shape[1] for h in runs[0]]
     n_common = Counter(widths).most_common(1)[0][0]     # n of the finite-width theory

@@ -37,20 +37,25 @@ def outputs(nstore, n, general, depth, alloc=np.empty):
     return out, np.zeros(n, dtype=np.int8), np.full(n, depth, dtype=np.int64)
 
 
-def run_compiled(module, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general):
-    """One pass of a generated module's kernel from layer 1 at every point (closed forms never leave the domain)."""
+NO_AUX = np.zeros((0, 4))
+
+
+def run_compiled(module, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general, norm=0, aux=NO_AUX):
+    """One pass of a generated module's kernel from layer 1 at every point (closed forms never leave the domain).
+    ``norm``, ``aux``: the LayerNorm step of :func:`symfield.numeric.kernels.recursion.recurse` (0: none)."""
     n = sw.size
     out, status, last = outputs(store.size, n, general, depth)
     start, st = np.ones(n, dtype=np.int64), [np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)]
     _recurse(module.recurse, (sw, sb, float(qa0), float(qb0), float(qab0), float(d0)), int(depth), store,
-             (float(alpha2), bool(residual), bool(general), codegen.no_data()), start, st, out, status, last)
+             (float(alpha2), bool(residual), bool(general), codegen.no_data(), int(norm), aux), start, st, out, status,
+             last)
     return out, status, last
 
 
 def _recurse(recurse, inputs, depth, store, opts, start, st, out, status, last):
     """``recurse`` over layers min(start[start > 0])..depth in chunks of layers.
 
-    ``inputs`` = (sw, sb, qa0, qb0, qab0, d0), ``opts`` = (alpha2, residual, general, M). start, st, out,
+    ``inputs`` = (sw, sb, qa0, qb0, qab0, d0), ``opts`` = (alpha2, residual, general, M, norm, aux). start, st, out,
     status and last end as after one call with stop = depth (bit-identical: the state between chunks is
     the kernel's own continuation, start/st_* of status PAUSED). Every chunk advances at least one layer."""
     run = start > 0
@@ -79,7 +84,8 @@ def _next_chunk(chunk, per_layer):
     return max(1, min(8 * chunk, int(CHUNK_SECONDS / max(per_layer, 1e-9))))
 
 
-def run_table(maps, T, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general, spill):
+def run_table(maps, T, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general, spill, norm=0,
+              aux=NO_AUX, cover=None):
     """Compiled recursion with table maps; the table grows to the q-range the points reach.
 
     A point leaving the table stops with status LEFT_TABLE and its state; the table is extended to cover the
@@ -88,24 +94,30 @@ def run_table(maps, T, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residua
     and the extended one does, so the covered q-range grows every round. Points beyond the table cap, whose
     extension fails, or that left a table that covers them (one warning) continue on the quadrature path; so
     do stopped points for which ``spill(point_layers, q_lo, q_hi)`` (the engine's ski rental) says that
-    quadrature is cheaper than building. Returns (out, status, last, points on quadrature)."""
+    quadrature is cheaper than building. Returns (out, status, last, points on quadrature).
+
+    Under LayerNorm (``norm`` > 0) the table is first extended to ``cover`` = (q_lo, q_hi), the variances the
+    maps see (1 before phi; layer 1's q and q* after phi); a point that still leaves it raises NotCertified
+    (the NumPy quadrature fallback runs the unnormalised step)."""
     n = sw.size
     out, status, last = outputs(store.size, n, general, depth)
     start = np.ones(n, dtype=np.int64)
     st = [np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)]
     mod = codegen.table_module()
     q1 = sw * qa0 + sb           # first guess: the first layer's q (homogeneous: its one theta-table)
-    T.extend_to(float(q1.min()), float(q1.max()))
+    T.extend_to(*((float(q1.min()), float(q1.max())) if cover is None else cover))
     run = np.ones(n, dtype=bool)
     quad = np.zeros(n, dtype=bool)
     while run.any():
         M = T.arrays()
         s = np.where(run, start, 0)
         _recurse(mod.recurse, (sw, sb, float(qa0), float(qb0), float(qab0), float(d0)), int(depth), store,
-                 (float(alpha2), bool(residual), bool(general), M), s, st, out, status, last)
+                 (float(alpha2), bool(residual), bool(general), M, int(norm), aux), s, st, out, status, last)
         start[run] = s[run]
         need = np.flatnonzero(run & (status == LEFT_TABLE))
         run[:] = False
+        if norm and need.size:
+            raise NotCertified(f"{need.size} point(s) left the table of {T.name} under LayerNorm")
         if need.size and spill(int(np.sum(depth + 1 - start[need])), float(st[0][need].min()), float(st[0][need].max())):
             quad[need] = True
         elif need.size:

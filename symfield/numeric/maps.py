@@ -292,9 +292,43 @@ class Maps:
                 pass
 
     # ------------------------------------------------------------------ the recursion over a grid
-    def run_grid(self, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general):
+    @staticmethod
+    def norm_code(norm, general: bool) -> int | None:
+        """The compiled recursion's code for a normalisation (:mod:`symfield.theory.norm` ``Norm`` or None):
+        0 none, 1 LayerNorm before phi, 2 LayerNorm after phi at equal input norms; None where the normalised
+        recursion runs layer by layer in NumPy (BatchNorm: its Gram is constant after one layer; LayerNorm
+        after phi with unequal input norms)."""
+        if norm is None:
+            return 0
+        if norm.kind == "layer" and norm.at == "before":
+            return 1
+        if norm.kind == "layer" and norm.at == "after" and not general:
+            return 2
+        return None
+
+    def _ln_aux(self, sw, sb, qa0):
+        """(mean, Var) of psi at layer 1's q = sigma_w2 q0 + sigma_b2 and at q* = sigma_w2 + sigma_b2, per point
+        (shape (n, 4)), from this engine's maps (LayerNorm after phi)."""
+        q = np.concatenate([sw * qa0 + sb, sw + sb])
+        u, inv = np.unique(q, return_inverse=True)
+        m = np.asarray(self.mean(u), float)
+        var = np.asarray(self.V(u), float) - m * m
+        m, var = m[inv].reshape(2, -1), var[inv].reshape(2, -1)
+        return np.ascontiguousarray(np.stack([m[0], var[0], m[1], var[1]], axis=1))
+
+    def run_grid(self, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general, norm=None):
         """The layer recursion at every grid point on the best path: generated code for closed forms, else the
-        table (grown by the ski rental), else NumPy quadrature. (out, status, last, method, error, info)."""
+        table (grown by the ski rental), else NumPy quadrature. (out, status, last, method, error, info).
+
+        ``norm`` (a :class:`symfield.theory.norm.Norm` or None): LayerNorm runs in the same compiled recursion
+        (closed forms or a table; :meth:`norm_code`); None is returned where the normalised recursion has no
+        compiled path here (BatchNorm, LayerNorm after phi with unequal norms, maps on quadrature): the
+        caller runs it layer by layer (:func:`symfield.theory.norm.recursion`, method "numpy-norm")."""
+        code = self.norm_code(norm, general)
+        if code is None:
+            return None
+        aux = self._ln_aux(sw, sb, qa0) if code == 2 else grid.NO_AUX
+        label = {} if not code else dict(norm=norm.kind, norm_at=norm.at)
         args = (sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general)
         K, info = self.K, {}
         if K.closed_form:
@@ -303,31 +337,54 @@ class Maps:
             except NotPrintable:
                 module = None  # closed form outside the printer's table: quadrature path below
             if module is not None:
-                out, status, last = grid.run_compiled(module, *args)
-                return out, status, last, "numba-generated", {}, dict(distance=self._distance_note())
+                out, status, last = grid.run_compiled(module, *args, norm=code, aux=aux)
+                return out, status, last, "numba-generated", {}, dict(label, distance=self._distance_note())
         T = self.table
         work = sw.size * max(depth - 1, 0)
-        if T is not None and not (general and T.kind != "homogeneous"):
+        if T is not None and not (general and T.kind != "homogeneous" and code != 1):
             q1 = sw * qa0 + sb
+            cover = None
+            if code == 1:
+                cover = (1.0, 1.0)
+            elif code == 2:
+                cover = (float(min(q1.min(), (sw + sb).min())), float(max(q1.max(), (sw + sb).max())))
+            lo, hi = cover or (float(q1.min()), float(q1.max()))
             if T.kind == "homogeneous":
                 use = T.panels or self.method == "table" or self._rent2d.worth(work, T.seconds_per_panel)
             else:
-                use = (T.covers(q1, q1).all() or self.method == "table"
-                       or self._rent2d.worth(work, T.seconds_per_panel * max(1, T.panels_needed(
-                           float(q1.min()), float(min(q1.max(), T.q_top))))))
+                use = (T.covers(np.array([lo, hi]), np.array([lo, hi])).all() or self.method == "table"
+                       or self._rent2d.worth(work, T.seconds_per_panel * max(1, T.panels_needed(lo, min(hi, T.q_top)))))
+            if use and not code and not self._compile_pays(T, work):   # a few point-layers: the same table, looked up in Python
+                out, status, last = grid.run_numpy(self, *args)
+                return out, status, last, "python-table", getattr(T, "error", {}), dict(
+                    table=T.describe(), table_path=T.info.get("path"), distance=self._distance_note(),
+                    compiled="no: the table module is not loaded and compiling it costs more than the lookups")
             if use:
                 try:
-                    return self._run_table(T, args)
+                    out = self._run_table(T, args, code, aux, cover)
+                    return out[:5] + (dict(out[5], **label),)
                 except NotCertified as err:   # the first build failed its accuracy checks: say so, quadrature
                     info = dict(table_refused=str(err))
+        if code:
+            return None
         out, status, last = grid.run_numpy(self, *args)
         return out, status, last, "numpy-quadrature", {}, dict(info, distance=self._distance_note())
 
-    def _run_table(self, T, args):
+    def _compile_pays(self, T, work):
+        """Run the grid in the compiled table module: it is loaded already, the method is "table", or the lookups
+        of ``work`` point-layers (about three per point-layer: C, D and V) as plain Python would cost more than
+        compiling it (the rent-or-buy rule of :meth:`_lookup`; a 24-layer network's one or two points compile
+        nothing, which cold costs 30 s or more)."""
+        if self.method == "table" or codegen.table_module_loaded():
+            return True
+        per = min(self._rent_compile.per_eval, 1e-5) if T.kind == "homogeneous" else self._rent_compile.per_eval
+        return self._rent_compile.spent + (3 * work + self._ahead) * per >= COMPILE_SECONDS
+
+    def _run_table(self, T, args, norm=0, aux=grid.NO_AUX, cover=None):
         def spill(point_layers, lo, hi):      # quadrature for these points is cheaper than building
             return self.method != "table" and not self._rent2d.worth(point_layers, T.seconds_per_panel *
                                                                        max(1, T.panels_needed(lo, min(hi, T.q_top))))
-        out, status, last, n_quad = grid.run_table(self, T, *args, spill=spill)
+        out, status, last, n_quad = grid.run_table(self, T, *args, spill=spill, norm=norm, aux=aux, cover=cover)
         eD = T.error.get("D", math.inf)
         info = dict(table=T.describe(), table_path=T.info.get("path"), points_on_quadrature=n_quad,
                     distance=(f"tabulated (relative error <= {eD:.1e})" if math.isfinite(eD) else

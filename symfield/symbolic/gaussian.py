@@ -20,7 +20,7 @@ from math import comb, factorial
 
 import sympy as sp
 
-from symfield.core import timelimit
+from symfield.core import caches, timelimit
 from symfield.symbolic.formula import X as x
 from symfield.symbolic.integrals import GaussianIntegral, Integrand, Kind, normal_pdf
 
@@ -386,20 +386,47 @@ def _halfline(f, g):
 _HOPELESS = (sp.tanh, sp.log, sp.atan, sp.asinh, sp.tan, sp.sech)
 
 
+def _erf_degree(expr):
+    """Total degree of expr as a polynomial in its erf/erfc factors (0 when it is not one). sympy's Meijer-G
+    integration takes the product of two G-functions (the Gaussian density and one more): a term with three erf
+    factors, e.g. in E[gelu^4] = E[x^4 (1 + erf(x/sqrt 2))^4]/16, is beyond it, and trying costs the whole
+    INTEGRATE_SECONDS budget."""
+    atoms = sorted(expr.atoms(sp.erf, sp.erfc), key=sp.default_sort_key)
+    if not atoms:
+        return 0
+    ts = sp.symbols(f"_erf0:{len(atoms)}")
+    try:
+        return sp.Poly(expr.xreplace(dict(zip(atoms, ts))), *ts).total_degree()
+    except sp.PolynomialError:
+        return 0
+
+
 def _integrable_class(expr):
     """Worth a sympy.integrate attempt: no tanh/log/... and no x in a denominator (sigmoid-like)."""
-    if expr.has(*_HOPELESS):
+    if expr.has(*_HOPELESS) or _erf_degree(expr) >= 3:
         return False
     return not any(isinstance(n, sp.Pow) and n.exp.is_negative and n.base.has(x) for n in sp.preorder_traversal(expr))
 
 
 def _integrate1(f, g):
     """sympy.integrate of E[f g] within INTEGRATE_SECONDS (a watchdog budget: any thread); None when it
-    fails or runs out of time."""
+    fails or runs out of time. One attempt per integrand and budget in a process (:data:`_INTEGRATED`): the
+    finite-width coefficients and the Gram moments both ask for E[phi^4], and a failed attempt costs the whole
+    budget each time."""
     if INTEGRATE_SECONDS <= 0:
         return None
     if not _integrable_class(f * g):
         return None
+    key = (f * g, INTEGRATE_SECONDS)
+    if key not in _INTEGRATED:
+        _INTEGRATED[key] = _integrate1_once(f, g)
+    return _INTEGRATED[key]
+
+
+_INTEGRATED: dict = caches.memo()
+
+
+def _integrate1_once(f, g):
     try:
         res = timelimit.call_with_time_limit(INTEGRATE_SECONDS, sp.integrate,
                                              (f * g).subs(x, sp.sqrt(q) * z) * normal_pdf(z), (z, -sp.oo, sp.oo))

@@ -11,6 +11,11 @@ constant ratio (then gamma* is the geometric extrapolation). gamma = 2 q12/d is 
 never overflows; maps without a closed form
 use the float64 recursion of :func:`symfield.propagate` (layers whose gamma overflowed float64 are left out
 of the fit, and, where the distance map is only the plain difference V + V - 2C, layers with 1 - c < 1e-11).
+
+``norm=``, ``norm_at=``, ``batch=`` run the normalised recursion of docs/theory.md section 12
+(:func:`symfield.theory.norm.recursion`, in mpmath for closed-form maps, else float64 through
+:func:`symfield.propagate`); gamma = 2 q12/d as above. A gamma that converges to 0 (LayerNorm after relu at
+sigma_b2 = 0) is "finite" with gamma_star exactly 0 when its limit is zero to 1e3 rounding units.
 """
 from __future__ import annotations
 
@@ -21,10 +26,11 @@ import numpy as np
 
 from symfield.core import validate as check
 from symfield.core.errors import PrecisionError
-from symfield.numeric.evaluate import to_mpf
+from symfield.numeric.evaluate import GUARD_DIGITS, to_mpf
 from symfield.numeric.maps import maps
 from symfield.symbolic.activation import Activation
 from symfield.symbolic.kernel import kernel
+from symfield.theory import norm as nm
 from symfield.theory.propagate import propagate
 
 CONVERGED = 1e-8
@@ -58,27 +64,42 @@ def _gamma_mp(K, sw, sb, depth, dps):
     return out
 
 
-def _geometric_limit(gamma):
+def _gamma_norm_mp(K, opts, sw, sb, depth, dps):
+    """gamma = 2 q12/d per layer of the normalised recursion (:func:`symfield.theory.norm.recursion`) in mpmath
+    at dps digits, from the inputs q0 = 1, q12_0 = 0 (d0 = 2)."""
+    with mpmath.workdps(dps + GUARD_DIGITS):
+        swa, sba = (np.array([to_mpf(v)], dtype=object) for v in (sw, sb))
+        one, zero = mpmath.mpf(1), mpmath.mpf(0)
+        _, _, qab, dd = nm.recursion(K, opts, swa, sba, one, one, zero, 2 * one, depth, dps)
+        return [2 * a / b if b > 0 else mpmath.inf for a, b in zip(qab[:, 0], dd[:, 0])]
+
+
+def _geometric_limit(gamma, unit):
     """gamma* if gamma converges: steps delta_l shrink by a CONSTANT ratio rho < 1 (a power law
-    has 1 - rho ~ 1/l, halving between l = L/2 and L), extrapolated as gamma_L + delta_L rho/(1 - rho)."""
+    has 1 - rho ~ 1/l, halving between l = L/2 and L), extrapolated as gamma_L + delta_L rho/(1 - rho);
+    else the last gamma when its last step is below CONVERGED gamma. A limit within 1e3 ``unit`` (the
+    recursion's rounding unit) of 0 is 0: gamma -> 0 is reported as gamma_star = 0.0, not as rounding noise."""
     g = gamma[np.isfinite(gamma)]
     if len(g) < 20:
         return None
     d = np.diff(g)
-    if abs(d[-1]) <= CONVERGED * abs(g[-1]):
-        return float(g[-1])
     tail = d[len(d) // 2:]
-    if np.any(tail == 0) or not (np.all(tail > 0) or np.all(tail < 0)):
+    limit = None
+    if not (np.any(tail == 0) or not (np.all(tail > 0) or np.all(tail < 0))):
+        rho = tail[1:] / tail[:-1]
+        r_mid, r_end = np.median(rho[: len(rho) // 4]), np.median(rho[-max(len(rho) // 4, 1):])
+        if r_end < 1 and (1 - r_end) >= 0.8 * (1 - r_mid):
+            limit = float(g[-1] + d[-1] * r_end / (1 - r_end))
+    if limit is None and (abs(d[-1]) <= CONVERGED * abs(g[-1]) or d[-1] == 0):
+        limit = float(g[-1])
+    if limit is None:
         return None
-    rho = tail[1:] / tail[:-1]
-    r_mid, r_end = np.median(rho[: len(rho) // 4]), np.median(rho[-max(len(rho) // 4, 1):])
-    if r_end < 1 and (1 - r_end) >= 0.8 * (1 - r_mid):
-        return float(g[-1] + d[-1] * r_end / (1 - r_end))
-    return None
+    return 0.0 if abs(limit) <= 1e3 * unit * max(1.0, float(np.max(np.abs(g)))) else limit
 
 
 def divergence(act: str | Activation, sigma_w2: float, sigma_b2: float, depth: int = 200,
-               dps: int | None = 40) -> Divergence:
+               dps: int | None = 40, norm: str | None = None, norm_at: str = "before",
+               batch: int | None = None) -> Divergence:
     """Classify gamma^(l) as "exponential" (with rate), "power-law" (with exponent) or "finite".
 
     Parameters
@@ -91,6 +112,10 @@ def divergence(act: str | Activation, sigma_w2: float, sigma_b2: float, depth: i
         Layers of gamma^(l) = c^(l)/(1 - c^(l)) to compute and fit.
     dps : int or None
         mpmath digits of the recursion (None: float64).
+    norm, norm_at, batch : optional
+        None / "layer" / "batch", "before" / "after" phi, BatchNorm batch size (None: B -> inf): gamma of
+        the normalised recursion (docs/theory.md section 12). BatchNorm before phi reaches its batch fixed
+        point after one normalised layer ("finite", gamma_star = ``sf.batchnorm(...).gamma``).
 
     Returns
     -------
@@ -107,15 +132,16 @@ def divergence(act: str | Activation, sigma_w2: float, sigma_b2: float, depth: i
     sw = float(check.real("divergence", "sigma_w2", sigma_w2, lo=0, lo_open=True))
     sb = float(check.real("divergence", "sigma_b2", sigma_b2, lo=0))
     depth = check.integer("divergence", "depth", depth, lo=20, hi=100000)
-    dps = check.integer("divergence", "dps", dps, lo=15, hi=1000)
-    if K.closed_form:
-        exact = _gamma_mp(K, sw, sb, depth, dps)
+    dps = None if dps is None else check.integer("divergence", "dps", dps, lo=15, hi=1000)
+    opts = nm.options("divergence", norm, norm_at, batch)
+    if K.closed_form and dps is not None:
+        exact = _gamma_mp(K, sw, sb, depth, dps) if opts is None else _gamma_norm_mp(K, opts, sw, sb, depth, dps)
         gamma = np.array([float(g) if g < mpmath.mpf("1e300") else np.inf for g in exact])
         log_gamma = np.array([float(mpmath.log(g)) if g > 0 else -np.inf for g in exact])
         usable = np.ones(depth, dtype=bool)
         precision = f"mpmath({dps})"
     else:
-        r = propagate(K.act, sw, sb, depth)
+        r = propagate(K.act, sw, sb, depth, norm=norm, norm_at=norm_at, batch=batch)
         gamma = np.asarray(r.gamma, dtype=float)
         with np.errstate(divide="ignore", invalid="ignore"):
             log_gamma = np.log(gamma)
@@ -124,7 +150,7 @@ def divergence(act: str | Activation, sigma_w2: float, sigma_b2: float, depth: i
             usable &= np.asarray(r.one_minus_c) > 1e-11
         precision = "float64"
     layers = np.arange(1, depth + 1)
-    limit = _geometric_limit(gamma)
+    limit = _geometric_limit(gamma, 10.0 ** -dps if precision.startswith("mpmath") else np.finfo(float).eps)
     if limit is not None:
         return Divergence("finite", None, None, limit, gamma, {}, precision)
     sel = usable & (layers > depth // 2) & np.isfinite(log_gamma)

@@ -135,7 +135,8 @@ def centred(K, q1, q2, q12, dps=None, d=None):
             out = np.empty((2,) + a.shape)
             eq = a == b
             if eq.any():
-                var = M.V(a[eq]) - M.mean(a[eq]) ** 2
+                u, inv = np.unique(a[eq], return_inverse=True)      # a grid of c's shares few q's
+                var = (M.V(u) - M.mean(u) ** 2)[inv]
                 out[1][eq] = M.D(a[eq], b[eq], c[eq], dd[eq]) / (2 * var)
                 out[0][eq] = 1 - out[1][eq]
             ne = ~eq
@@ -575,37 +576,66 @@ def require_equicorrelated(func, q1, q2):
 
 # ---------------------------------------------------------------- the c-map's fixed point (phases)
 def c_next(K, opts, sw, sb, c):
-    """One layer of the correlation map at the normalised fixed point of q (float64 arrays c)."""
+    """One layer of the correlation map at the normalised fixed point of q (float64 arrays c; sw, sb scalars
+    or arrays broadcasting with c)."""
     M = maps(K)
     c = np.asarray(c, float)
+    sw, sb = np.asarray(sw, float), np.asarray(sb, float)
     if opts.at == "before":
         return (sw * M.C(np.ones_like(c), np.ones_like(c), c) + sb) / (sw * float(M.V(1.0)) + sb)
     qs = sw + sb
-    q = np.full(c.shape, qs)
+    q = np.array(np.broadcast_to(qs, np.broadcast_shapes(qs.shape, c.shape)))
     return (sw * centred(K, q, q, c * qs)[0] + sb) / qs
+
+
+C_GRID = np.unique(np.concatenate([np.linspace(-1, 1, 201)[:-1], 1 - np.geomspace(1e-2, 1e-9, 15)]))
 
 
 def ln_c_star(K, opts, sw, sb):
     """c* reached from the inputs' c = 0 (layer 1: c = sigma_b2/(sigma_w2 + sigma_b2)) under LayerNorm: the
     c-map is increasing, so c moves monotonically to the nearest fixed point in the direction of
-    c' - c (c = 1 is always one). Roots bracketed on a grid refined towards 1, then brentq."""
-    from scipy.optimize import brentq
-    c1 = sb / (sw + sb) if sw + sb > 0 else 1.0
-    grid = np.unique(np.concatenate([np.linspace(-1, 1, 201)[:-1], 1 - np.geomspace(1e-2, 1e-9, 15), [c1]]))
-    g = c_next(K, opts, sw, sb, grid) - grid
+    c' - c (c = 1 is always one). Scalars: :func:`ln_c_star_many` at one point."""
+    return float(ln_c_star_many(K, opts, np.array([sw], float), np.array([sb], float))[0])
+
+
+def ln_c_star_many(K, opts, sw, sb):
+    """:func:`ln_c_star` at every point of flat float64 arrays at once: the c-map on the grid C_GRID plus the
+    point's own c1 in one engine call, the nearest sign change of c' - c in the direction of c1' - c1 per
+    point, and one vectorised bracketed solve (:func:`symfield.numeric.vroot.vroot`) of all those brackets."""
+    from symfield.numeric.vroot import vroot
+    sw, sb = np.asarray(sw, float), np.asarray(sb, float)
+    n = sw.size
+    tot = sw + sb
+    c1 = np.where(tot > 0, sb / np.where(tot > 0, tot, 1.0), 1.0)
+    grid = np.sort(np.concatenate([np.broadcast_to(C_GRID, (n, C_GRID.size)), c1[:, None]], axis=1), axis=1)
+    maps(K).plan(grid.size * 8)         # the lookups ahead (grid and solve): compiled table maps pay at once
+    g = c_next(K, opts, sw[:, None], sb[:, None], grid) - grid
     g[np.abs(g) <= ZERO_TOL] = 0.0
-    roots = [brentq(lambda t: float(c_next(K, opts, sw, sb, np.array([t]))[0] - t), grid[i], grid[i + 1])
-             for i in range(grid.size - 1) if g[i] * g[i + 1] < 0]
-    roots += [float(grid[i]) for i in range(grid.size) if g[i] == 0]
-    roots = [1.0 if r > 1 - 1e-7 else r for r in roots]     # float64 noise of g next to the fixed point c = 1
-    g1 = float(c_next(K, opts, sw, sb, np.array([c1]))[0] - c1)
-    if g1 > ZERO_TOL:
-        above = [r for r in roots if r > c1]
-        return min(above) if above else 1.0
-    if g1 < -ZERO_TOL:
-        below = [r for r in roots if r < c1]
-        return max(below) if below else -1.0
-    return c1
+    g1 = c_next(K, opts, sw, sb, c1) - c1
+    out = c1.copy()
+    lo, hi, flo, fhi, who = [], [], [], [], []
+    for i in range(n):
+        if abs(g1[i]) <= ZERO_TOL:
+            continue
+        up = g1[i] > 0
+        row, gr = grid[i], g[i]
+        ks = np.flatnonzero(row > c1[i]) if up else np.flatnonzero(row < c1[i])[::-1]
+        out[i] = 1.0 if up else -1.0
+        for k in ks:                 # walk away from c1: the first zero or sign change is the nearest root
+            if gr[k] == 0:
+                out[i] = row[k]
+                break
+            j = k - 1 if up else k + 1
+            if gr[j] * gr[k] < 0:
+                a, b = sorted((j, k))
+                lo.append(row[a]), hi.append(row[b]), flo.append(gr[a]), fhi.append(gr[b]), who.append(i)
+                break
+    if who:
+        who = np.array(who)
+        roots = vroot(lambda x, idx: c_next(K, opts, sw[who[idx]], sb[who[idx]], x) - x,
+                      np.array(lo), np.array(hi), np.array(flo), np.array(fhi))
+        out[who] = roots
+    return np.where(out > 1 - 1e-7, 1.0, out)     # float64 noise of g next to the fixed point c = 1
 
 
 def normed_phase(K, opts, sw, sb):
@@ -692,10 +722,27 @@ def eoc_sigma_w2(K, opts, sb):
         return math.nan
 
 
+def normed_phases(K, opts, sw, sb):
+    """(q*, c*, gamma*, slope) of :func:`normed_phase` at every point of flat float64 arrays (LayerNorm: one
+    vectorised c* solve, :func:`ln_c_star_many`; BatchNorm point by point)."""
+    sw, sb = np.asarray(sw, float).ravel(), np.asarray(sb, float).ravel()
+    if opts.kind == "batch" or sw.size == 0:
+        return np.array([normed_phase(K, opts, float(w), float(b))[:4] for w, b in zip(sw, sb)]).reshape(-1, 4).T
+    slope = np.asarray(ln_chi1(K, opts.at, sw, sb), float) * np.ones(sw.shape)
+    qs = np.asarray(ln_q(K, opts.at, sw, sb, 1.0), float) * np.ones(sw.shape)
+    c = np.ones(sw.shape)
+    pos = sw > 0
+    if pos.any():
+        c[pos] = ln_c_star_many(K, opts, sw[pos], sb[pos])
+    with np.errstate(divide="ignore"):
+        gamma = np.where(c >= 1, math.inf, c / np.where(c >= 1, 1.0, 1 - c))
+    return qs, c, gamma, slope
+
+
 def c_star_grid(K, opts, sigma_w2, sigma_b2):
     """c* under ``opts`` at each point of broadcast float64 arrays (float for scalars)."""
     sw, sb = np.broadcast_arrays(np.asarray(sigma_w2, float), np.asarray(sigma_b2, float))
-    out = np.array([normed_phase(K, opts, float(w), float(b))[1] for w, b in zip(sw.ravel(), sb.ravel())])
+    out = normed_phases(K, opts, sw.ravel(), sb.ravel())[1]
     return float(out[0]) if sw.ndim == 0 else out.reshape(sw.shape)
 
 

@@ -128,13 +128,17 @@ def _dtdot_small(K, M, dC2, qv, cv, dv):
     return dv / 2 * total
 
 
-def terms_f64(K, q, qab, d):
-    """V, D, Tdot_aa, Tdot_ab, dTdot at every layer (float64 arrays from the maps engine)."""
+def terms_f64(K, q, qab, d, vd=None):
+    """V, D, Tdot_aa, Tdot_ab, dTdot at every layer (float64 arrays from the maps engine); ``vd`` = (V, D) when the
+    caller has them already (propagate: from the next layer's kernel), else the engine evaluates them."""
     M = maps(K)
     ok = np.isfinite(q) & np.isfinite(d)
     out = [np.full(q.shape, np.nan) for _ in range(5)]
     qv, cv, dv = q[ok], qab[ok], d[ok]
-    out[0][ok], out[1][ok] = M.V(qv), M.D(qv, qv, cv, dv)
+    if vd is None:
+        out[0][ok], out[1][ok] = M.V(qv), M.D(qv, qv, cv, dv)
+    else:
+        out[0], out[1] = (np.asarray(v, dtype=float) for v in vd)
     out[2][ok], out[3][ok] = M.dpsi2(qv), M.dC(qv, qv, cv)
     dtd = out[2][ok] - out[3][ok]
     small = dv <= SERIES_D * np.maximum(qv, 1.0)

@@ -93,11 +93,10 @@ def _axis(name, v):
 
 
 def _normed_diagram(K, opts, W, B, sb_axis, depth, tol):
-    """Fields of a phase diagram under a normalisation: every point by :func:`symfield.theory.norm.normed_phase`,
+    """Fields of a phase diagram under a normalisation: all points at once by :func:`symfield.theory.norm.normed_phases`,
     the edge of chaos per sigma_b2 (LayerNorm before phi: the ray sigma_w2 = sigma_b2/ratio), no
     neutrality line (NaN)."""
-    out = np.array([nm.normed_phase(K, opts, float(w), float(b))[:4] for w, b in zip(W.ravel(), B.ravel())])
-    qs, cs, gamma, slope = out.T
+    qs, cs, gamma, slope = nm.normed_phases(K, opts, W.ravel(), B.ravel())
     codes = np.array([nm.phase_code(c, s, tol) for c, s in zip(cs, slope)])
     eoc = np.array([nm.eoc_sigma_w2(K, opts, float(b)) for b in sb_axis])
     c_d = g_d = None

@@ -6,7 +6,8 @@
 
 The recursion runs on the path the maps engine chooses (:meth:`symfield.numeric.maps.Maps.run_grid`):
 generated compiled code for closed forms ("numba-generated"), the compiled recursion over a certified
-table grown as the points move ("numba-table", "+numpy-quadrature" for points it cannot finish), or the
+table grown as the points move ("numba-table", "+numpy-quadrature" for points it cannot finish; "python-table",
+the same table looked up in Python, when a few point-layers would not repay compiling the table module), or the
 same step with NumPy quadrature ("numpy-quadrature"); docs/numerics.md section 1.
 """
 from __future__ import annotations
@@ -255,7 +256,9 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
         (then qab0 = (q0 + qbb0 - d0)/2).
     norm, norm_at, batch : optional
         None / "layer" / "batch", "before" / "after" phi, BatchNorm batch size (None: B -> inf); the
-        normalised maps of docs/theory.md section 12, run layer by layer on the engine (method "numpy-norm").
+        normalised maps of docs/theory.md section 12. LayerNorm runs in the compiled grid recursion of the
+        engine (methods as without a norm; ``params["norm"]`` says which); BatchNorm, LayerNorm after phi with
+        qbb0 != q0 and maps on quadrature run layer by layer in NumPy (method "numpy-norm").
     dps : int, optional
         mpmath numbers at N digits, layer by layer on the engine (object arrays; method "mpmath").
     ntk : bool
@@ -267,7 +270,7 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
     Propagation
         ``.q``, ``.qab``, ``.qbb``, ``.d``, ``.c``, ``.one_minus_c``, ``.gamma`` of shape
         ``(len(layers), *grid_shape)``, ``.layers``, per-point ``.status`` (:data:`STATUS`) and ``.last_finite``,
-        ``.method`` ("numba-generated", "numba-table", "numba-table+numpy-quadrature" or
+        ``.method`` ("numba-generated", "numba-table", "numba-table+numpy-quadrature", "python-table" or
         "numpy-quadrature") and ``.error`` / ``.error_bound`` (the table's certified per-step bounds).
 
     Examples
@@ -286,11 +289,14 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
     d0, qab = _distance(d0, qa0, qb0, qab)
     opts, dps = nm.options(_F, norm, norm_at, batch), check.dps(_F, dps)
     _ntk_allowed(ntk, opts, dps, general, qbb0)
-    if opts is not None or dps is not None:
+    if dps is not None or (opts is not None and alpha is not None):
         return _layerwise(K, opts, swf, sbf, shape, qa0, qb0, qab, d0, depth, store, alpha, dps)
     run_store = np.arange(1, depth + 1, dtype=np.int64) if ntk else store
-    out, status, last, how, error, info = maps(K, method=method).run_grid(
-        swf, sbf, qa0, qb0, qab, d0, depth, run_store, alpha2, alpha is not None, general)
+    ran = maps(K, method=method).run_grid(swf, sbf, qa0, qb0, qab, d0, depth, run_store, alpha2, alpha is not None,
+                                         general, norm=opts)
+    if ran is None:                      # the engine has no compiled path for this normalisation
+        return _layerwise(K, opts, swf, sbf, shape, qa0, qb0, qab, d0, depth, store, alpha, dps)
+    out, status, last, how, error, info = ran
     rows = (store.size,) + tuple(shape)
     thetas = _ntk_rows(K, out, swf, sbf, qa0, qab, d0, alpha, store) if ntk else (None, None, None)
     if ntk:
@@ -300,7 +306,8 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
         q=out_qa.reshape(rows), qab=out_qab.reshape(rows),
         qbb=out_qb.reshape(rows) if general else None,
         layers=store, status=status.reshape(shape), grid_shape=tuple(shape), method=how,
-        params=dict(act=K.act.name, depth=depth, q0=qa0, qab0=qab, qbb0=qb0, d0=d0, residual=alpha, **info),
+        params=dict(dict(act=K.act.name, depth=depth, q0=qa0, qab0=qab, qbb0=qb0, d0=d0, residual=alpha, norm=None,
+                         norm_at=None, batch=None), **info),
         error=error, d=out_d.reshape(rows), last_finite=last.reshape(shape),
         sigma_w2=swf.reshape(shape), sigma_b2=sbf.reshape(shape),
         **({} if not ntk else dict(zip(("theta_aa", "theta_ab", "d_theta"), (v.reshape(rows) for v in thetas)))))
@@ -309,7 +316,12 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
 def _ntk_rows(K, out, sw, sb, qa0, qab0, d0, alpha, store):
     """Theta_aa, Theta_ab, d_Theta at the stored layers from the NNGP rows of every layer (arrays (depth, P))."""
     q, _, qab, d = (np.asarray(v, dtype=float) for v in out)
-    terms, _, _ = terms_f64(K, q.ravel(), qab.ravel(), d.ravel())
+    vd = None
+    if alpha is None:   # layer l+1's q = sigma_w2 V(q_l) + sigma_b2 and d = sigma_w2 D: the recursion has evaluated them
+        V, D = np.full(q.shape, np.nan), np.full(q.shape, np.nan)
+        V[:-1], D[:-1] = (q[1:] - sb) / sw, d[1:] / sw
+        vd = (V.ravel(), D.ravel())
+    terms, _, _ = terms_f64(K, q.ravel(), qab.ravel(), d.ravel(), vd)
     terms = [t.reshape(q.shape) for t in terms]
     first = (sw * qa0 + sb, sw * qab0 + sb, sw * d0)
     taa, tab, dth, _ = theta_f64(first, terms, Coefficients(sw, sw, sb, alpha))

@@ -134,33 +134,50 @@ def trainability(act: str | Activation, sigma_w2: float, sigma_b2: float, eoc_to
                         "; ".join(p for p in (note, phase_note) if p))
 
 
+def _theta_over_q(K, sw: np.ndarray, cs: np.ndarray, slope: np.ndarray, eoc_tol: float):
+    """The normalised NTK theta = Theta/q where q* is 0 or inf and psi is positively homogeneous (module
+    docstring), vectorised: (sigma_w2 V(1), rho = chi1/(sigma_w2 V(1)), chi_c* = sigma_w2 Tdot(1, 1, c*) where
+    c* < 1 else chi1, depth scale): xi* = -1/(log chi_c* - log chi1) where c* < 1; where c* = 1, inf on the edge
+    (abs(rho - 1) <= eoc_tol), -1/log rho ordered, NaN for rho > 1 (not derived)."""
+    growth = sw * maps(K).V(np.ones(sw.size))
+    rho = slope / growth
+    chi_c = np.array(slope, dtype=float)
+    part = cs < 1
+    if part.any():
+        n = int(part.sum())
+        chi_c[part] = sw[part] * maps(K).dC(np.ones(n), np.ones(n), cs[part])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        xs = -1 / (np.log(chi_c) - np.log(slope))
+        d = np.where(np.abs(rho - 1) <= eoc_tol, np.inf, np.where(rho < 1, -1 / np.log(rho), np.nan))
+    return growth, rho, chi_c, np.where(part, xs, d)
+
+
 def _homogeneous_limit(K, ph, sw: float, eoc_tol: float, phase_note: str) -> Trainability:
     """q* = 0 or inf, psi positively homogeneous: the regime and depth scales of the normalised NTK Theta/q
-    (module docstring): theta_aa' = 1 + rho theta_aa with rho = chi1/(sigma_w2 V(1)), the c-map at q = 1."""
+    (:func:`_theta_over_q` at one point)."""
     qs, cs, chi1 = ph.q_star, ph.c_star, ph.slope
-    growth = float(sw * maps(K).V(np.array([1.0]))[0])
-    rho = chi1 / growth
+    growth, rho, chi_c, depth = (float(v[0]) for v in _theta_over_q(K, np.array([sw]), np.array([cs]),
+                                                                     np.array([chi1]), eoc_tol))
     scale = 0.0 if qs == 0 else math.inf           # where Theta itself goes
     limit, why = None, ""
     if cs < 1:
-        chi_c = float(sw * maps(K).dC(np.array([1.0]), np.array([1.0]), np.array([cs]))[0])
-        regime, xi_star = "chaotic", -1 / (math.log(chi_c) - math.log(chi1)) if chi_c > 0 else 0.0
-        depth = xi_star
+        regime, xi_star = "chaotic", depth
     else:
-        chi_c, xi_star = chi1, math.inf
-        if abs(rho - 1) <= eoc_tol:
-            regime, depth = "edge-of-chaos", math.inf
+        xi_star = math.inf
+        if math.isinf(depth):
+            regime = "edge-of-chaos"
             limit, why = _eoc_limit(K, 1.0)
         elif rho < 1:
-            regime, depth = "ordered", _xi(rho)
+            regime = "ordered"
             why = f"Theta_aa/q -> 1/(1 - rho) = {1 / (1 - rho):.10g}, approached like rho^l"
         else:
-            regime, depth = "chaotic", math.nan
+            regime = "chaotic"
             why = "c* = 1 with rho > 1: the normalised NTK's depth scale is not derived (NaN)"
     note = (f"q* = {qs:g} and psi is positively homogeneous: Theta -> {scale:g} with q, and regime, xi_1 and the "
             f"limit describe Theta/q, whose slope is rho = chi1/(sigma_w2 V(1)) = {chi1:.10g}/{growth:.10g} = {rho:.10g}")
     return Trainability(regime, ph.label, qs, cs, chi1, chi_c, scale, scale, _xi(rho), xi_star, depth, limit,
                         "; ".join(p for p in (note, why, phase_note) if p), growth)
+
 
 def depth_scale_fields(K, sw: np.ndarray, qs: np.ndarray, cs: np.ndarray, slope: np.ndarray,
                        eoc_tol: float) -> tuple[np.ndarray, np.ndarray]:
@@ -180,13 +197,5 @@ def depth_scale_fields(K, sw: np.ndarray, qs: np.ndarray, cs: np.ndarray, slope:
     out = np.where(edge, np.inf, out)
     lim = ~((qs > 0) & np.isfinite(qs))
     if K.degree_one and lim.any():     # the normalised NTK Theta/q, as trainability's _homogeneous_limit
-        rho = slope[lim] / (sw[lim] * maps(K).V(np.ones(int(lim.sum()))))
-        c_l, chi_l = cs[lim], chi_c[lim]
-        part = c_l < 1
-        if part.any():
-            chi_l[part] = sw[lim][part] * maps(K).dC(np.ones(int(part.sum())), np.ones(int(part.sum())), c_l[part])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            xs = -1 / (np.log(chi_l) - np.log(slope[lim]))
-            d = np.where(np.abs(rho - 1) <= eoc_tol, np.inf, np.where(rho < 1, -1 / np.log(rho), np.nan))
-        chi_c[lim], out[lim] = chi_l, np.where(part, xs, d)
+        _, _, chi_c[lim], out[lim] = _theta_over_q(K, sw[lim], cs[lim], slope[lim], eoc_tol)
     return chi_c, out

@@ -283,3 +283,11 @@ def test_progress_bar_on_a_terminal_only():
             err += chunk
     os.close(master)
     assert p.returncode == 0 and b"eoc-curve" in err and b"sigma_b2,sigma_w2" in out
+
+
+def test_divergence_under_batchnorm(capsys):
+    code, out, err = _cli(capsys, "divergence", "relu", "--sigma-w2", "2", "--sigma-b2", "0.1", "--depth", "30",
+                          "--norm", "batch", "--batch", "8", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["kind"] == "finite", err
+    assert d["gamma_star"] == pytest.approx(sf.batchnorm("relu", 2.0, 0.1, 8).gamma, rel=1e-13)

@@ -206,9 +206,29 @@ def test_record_torch_feeds_diagnose():
     assert sf.init.diagnose(acts, "relu", 2.6, 0.0).ok is False
 
 
+def test_theory_gamma_keeps_its_digits_as_c_goes_to_one():
+    """diagnose's infinite-width gamma (P inputs) against an mpmath arc-cosine recursion at 60 digits for an
+    ordered relu network whose 1 - c falls to ~1e-17: from the propagated distance it keeps ~1e-12 relative
+    accuracy where q - qab in float64 loses all digits (the old formula gave inf at the last layer)."""
+    import mpmath as mp
+    depth, P, sw, sb, q0, qab0 = 20, 4, 0.25, 0.1, 1.0, 0.3
+    acts = [np.ones((P, 8))] * depth                      # only the theory columns are checked here
+    d = sf.init.diagnose(acts, "relu", sw, sb, q0=q0, qab0=qab0, bands=False)
+    with mp.workdps(60):
+        q, qab, want = sw * mp.mpf(q0) + sb, sw * mp.mpf(qab0) + sb, []
+        for _ in range(depth):
+            s = q - qab
+            want.append((qab + s / P) / (s * (1 - mp.mpf(1) / P)))
+            th = mp.acos(qab / q)
+            q, qab = sw * q / 2 + sb, sw * q / (2 * mp.pi) * (mp.sin(th) + (mp.pi - th) * mp.cos(th)) + sb
+        want = np.array([float(v) for v in want])
+    assert want[-1] > 1e16
+    np.testing.assert_allclose(d.gamma_theory, want, rtol=1e-11)
+
+
 def test_torch_float32_saturation_is_not_a_theory_miss():
     """An ordered torch relu network in float32: deep layers' inputs agree to rounding (1 - c ~ 1e-15, measured
-    gamma ~ 1e14 while the theory's is infinite); those layers are reported as float32 saturation (status 4),
+    gamma ~ 1e15 while the theory's, from the propagated distance, is ~1e17); those layers are reported as float32 saturation (status 4),
     not OUTSIDE or NON-FINITE, and the same network in float64 resolves more layers."""
     torch = pytest.importorskip("torch")
     out = {}
@@ -228,7 +248,7 @@ def test_torch_float32_saturation_is_not_a_theory_miss():
     assert sat[-1] and not sat[0], d32.table()
     # exactly the layers whose measured 1 - c is below the float32 rounding floor 1e3 eps32^2
     np.testing.assert_array_equal(sat, 1 - d32.c < 1e3 * np.finfo(np.float32).eps ** 2)
-    assert d32.gamma[-1] > 1e12 and not np.isfinite(d32.gamma_theory[-1])
+    assert d32.gamma[-1] > 1e12 and d32.gamma_theory[-1] > 1e16
     with np.errstate(invalid="ignore"):         # these layers' c or gamma miss their (collapsed) band
         missed = ~(np.abs(d32.gamma - d32.gamma_mean) <= d32.z * d32.gamma_sd) | \
             ~(np.abs(d32.c - d32.c_mean) <= d32.z * d32.c_sd)

@@ -30,6 +30,8 @@ EXPECTED = {
                                    "atom at 0 of mass 0.5"],
     "06_where_to_put_the_norm.ipynb": ["LN after", "BN before", "lambda_B at B = 4, 8, 32, 128, inf"],
     "07_trainability.ipynb": ["edge-of-chaos", "erf: depth scale at", "relu+max2 finite depth scales", "limit 0.25000"],
+    "08_init_protocol.ipynb": ["torch default: theory check ok", "vanishing gradients", "flax sf.init: theory check ok",
+                               "Flax nn.gelu default vs exact"],
 }
 
 

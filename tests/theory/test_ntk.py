@@ -393,3 +393,20 @@ def test_propagate_ntk_grid_against_mpmath_recursion():
                 assert P.theta_ab[k, i, j] == pytest.approx(float(ref[L - 1][1]), rel=1e-13)
     ds = P.to_xarray()
     assert "theta_aa" in ds and "gamma_theta" in ds and ds["theta_ab"].dims == ("layer", "sigma_w2", "sigma_b2")
+
+
+@pytest.mark.parametrize("act,maps", [("erf", _erf_maps), ("tanh", _tanh_maps)])
+def test_propagate_ntk_smooth_grid_against_mpmath_recursion(act, maps):
+    """propagate(ntk=True) reads V and D of layer l from layer l+1's q and d (its own recursion): Theta to 1e-12 at
+    ordered (c -> 1) and chaotic points, 40 layers, against the recursion with the maps written here (q <= 2: the
+    300-node Gauss-Hermite tanh oracle is off by 4e-10 in Tdot at q = 3, against mpmath quadrature)."""
+    import symfield as sf
+    sw, sb = np.array([0.8, 1.3, 1.8]), np.array([0.0, 0.2])
+    P = sf.propagate(act, sw[:, None], sb[None, :], 40, qab0=0.2, layers=[3, 40], ntk=True)
+    for i, w in enumerate(sw):
+        for j, b in enumerate(sb):
+            with mp.workdps(25):
+                ref = _mp_ntk(maps, mp.mpf(w), mp.mpf(b), 40, mp.mpf(1), mp.mpf("0.2"))
+            for k, L in enumerate((3, 40)):
+                assert P.theta_aa[k, i, j] == pytest.approx(float(ref[L - 1][0]), rel=1e-12), (w, b, L)
+                assert P.theta_ab[k, i, j] == pytest.approx(float(ref[L - 1][1]), rel=1e-12, abs=1e-300), (w, b, L)

@@ -4,7 +4,10 @@
     layer l >= 2:      q' = sigma_w2 V(q) + sigma_b2,  q12' = sigma_w2 C + sigma_b2,  d' = sigma_w2 D
     residual alpha:    q' = q + alpha^2 (sigma_w2 V(q) + sigma_b2)   (likewise q12 and d)
 
-(docs/theory.md sections 1, 2, 7 and 8). The maps V(M, q), C(M, q1, q2, q12), D(M, q1, q2, q12, d) and
+    LayerNorm before phi (norm 1):  the state enters the step as (1, 1, c, 2 (1 - c))
+    LayerNorm after phi (norm 2):   q' = sigma_w2 + sigma_b2, q12' = sigma_w2 c_hat + sigma_b2, d' = 2 sigma_w2 (1 - c_hat)
+
+(docs/theory.md sections 1, 2, 7, 8 and 12). The maps V(M, q), C(M, q1, q2, q12), D(M, q1, q2, q12, d) and
 in_domain(M, qa, qb, qab) are globals of whatever runs this code: the generated module (closed forms, or
 the table maps of :mod:`.table_maps`, with M their data), or :func:`symfield.numeric.codegen.step_functions`
 (NumPy quadrature, mpmath). The stand-ins below only name them for readers and linters.
@@ -79,6 +82,34 @@ def layer_step(qa, qb, qab, dd, sw, sb, alpha2, residual, general, M):
 
 
 @njit(inline="always", **OPTS)
+def pre_norm(norm, qa, qb, qab, dd):
+    """The state a layer's maps see: under LayerNorm before phi (norm == 1) each sample rescaled to variance 1,
+    (1, 1, c, 2 (1 - c)) with 2 (1 - c) = (d - (sqrt qa - sqrt qb)^2)/sqrt(qa qb) (no cancellation as c -> 1);
+    otherwise the state itself."""
+    if norm != 1:
+        return qa, qb, qab, dd
+    ra = math.sqrt(qa)
+    rb = math.sqrt(qb)
+    root = ra * rb
+    diff = (qa - qb) / (ra + rb)
+    return 1.0, 1.0, qab / root, (dd - diff * diff) / root
+
+
+@njit(inline="always", **OPTS)
+def ln_after_step(qa, qab, dd, sw, sb, mean, var, M):
+    """LayerNorm after phi at equal norms qa (docs/theory.md section 12.2), with mean = E psi and var = Var psi
+    at qa: for c >= 1/2, 1 - c_hat = D/(2 var) (no cancellation as c -> 1), else c_hat = (C - mean^2)/var."""
+    if near(dd, qa, qa):
+        gap = D(M, qa, qa, qab, dd) / (2.0 * var)
+        ch = 1.0 - gap
+    else:
+        ch = (C(M, qa, qa, qab) - mean * mean) / var
+        gap = 1.0 - ch
+    qn = sw + sb
+    return qn, qn, sw * ch + sb, 2.0 * sw * gap
+
+
+@njit(inline="always", **OPTS)
 def point_status(qa, qb, qab, dd):
     """OK, OVERFLOW (q or q12 non-finite), DOMAIN (q < 0, d NaN or < 0) or UNDERFLOW (gamma beyond float64)."""
     if not (math.isfinite(qa) and math.isfinite(qb) and math.isfinite(qab)):
@@ -111,17 +142,25 @@ def _load(i0, m, depth, start, st_qa, st_qb, st_qab, st_d, qa, qb, qab, dd, firs
 
 @njit(inline="always", **OPTS)
 def _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, qa0, qb0, qab0, d0, alpha2, residual, general,
-             M, start, st_qa, st_qb, st_qab, st_d, status):
+             M, norm, aux, start, st_qa, st_qb, st_qab, st_d, status):
     """One layer at the block's live points; a point outside in_domain stops (LEFT_TABLE) with the layer to
-    continue from and its state. Returns how many stopped."""
+    continue from and its state. norm: 0 none, 1 LayerNorm before phi, 2 LayerNorm after phi (equal norms;
+    aux[i] = (mean, var) of psi at layer 1's q, then at q* = sigma_w2 + sigma_b2). Returns how many stopped."""
     stopped = 0
     for j in range(m):
         if live[j] and layer >= first[j]:
             if layer == 1:
                 qa[j], qb[j], qab[j], dd[j] = first_layer(qa0, qb0, qab0, d0, sw[i0 + j], sb[i0 + j])
-            elif in_domain(M, qa[j], qb[j], qab[j]):
-                qa[j], qb[j], qab[j], dd[j] = layer_step(qa[j], qb[j], qab[j], dd[j], sw[i0 + j], sb[i0 + j],
-                                                         alpha2, residual, general, M)
+                continue
+            a, b, ab, d = pre_norm(norm, qa[j], qb[j], qab[j], dd[j])
+            if in_domain(M, a, b, ab):
+                if norm == 2:
+                    k = 0 if layer == 2 else 2
+                    qa[j], qb[j], qab[j], dd[j] = ln_after_step(a, ab, d, sw[i0 + j], sb[i0 + j],
+                                                                aux[i0 + j, k], aux[i0 + j, k + 1], M)
+                else:
+                    qa[j], qb[j], qab[j], dd[j] = layer_step(a, b, ab, d, sw[i0 + j], sb[i0 + j],
+                                                             alpha2, residual, general, M)
             else:
                 live[j] = False
                 stopped += 1
@@ -193,7 +232,7 @@ def _finish(k, i0, m, first, live, qa, qb, qab, dd, store, stop, depth, general,
 
 
 @njit(parallel=True, **OPTS)
-def recurse(sw, sb, qa0, qb0, qab0, d0, depth, stop, store, alpha2, residual, general, M,
+def recurse(sw, sb, qa0, qb0, qab0, d0, depth, stop, store, alpha2, residual, general, M, norm, aux,
             start, st_qa, st_qb, st_qab, st_d, out_qa, out_qb, out_qab, out_d, status, last):
     """Layers up to ``stop`` (<= depth) at every grid point (parallel over blocks of points, advanced layer by
     layer); rows of out_* at layers ``store``. Callers run long recursions in chunks of layers (stop < depth)
@@ -207,7 +246,7 @@ def recurse(sw, sb, qa0, qb0, qab0, d0, depth, stop, store, alpha2, residual, ge
     layer where in_domain is False: start[i], st_*[i] hold the layer to continue from and the state before
     it, later rows NaN until a continuation fills them); PAUSED (after layer stop < depth: start[i] =
     stop + 1, st_*[i] hold layer stop). Rows of layers before start[i] are never touched. out_qb is written
-    only when general (else a placeholder)."""
+    only when general (else a placeholder). ``norm`` and ``aux`` (shape (n, 4); (0, 4) unused): see _advance."""
     n = sw.shape[0]
     nstore = store.shape[0]
     for blk in prange((n + BLOCK_POINTS - 1) // BLOCK_POINTS):
@@ -227,7 +266,7 @@ def recurse(sw, sb, qa0, qb0, qab0, d0, depth, stop, store, alpha2, residual, ge
             if nlive == 0:
                 break
             nlive -= _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, qa0, qb0, qab0, d0, alpha2,
-                              residual, general, M, start, st_qa, st_qb, st_qab, st_d, status)
+                              residual, general, M, norm, aux, start, st_qa, st_qb, st_qab, st_d, status)
             if k < nstore and store[k] == layer:
                 _store(k, layer, i0, m, first, live, qa, qb, qab, dd, general, out_qa, out_qb, out_qab, out_d)
                 k += 1

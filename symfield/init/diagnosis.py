@@ -14,7 +14,8 @@ from symfield.core import validate as check
 from symfield.core.dataset import ToXarray, flags
 from symfield.core.errors import InvalidValue, Unsupported
 from symfield.init.gains import as_activation
-from symfield.simulate import finite_data_gamma
+from symfield.simulate import finite_data_gamma, simulate
+from symfield.theory import norm as nm
 from symfield.theory.finite_width import finite_width
 from symfield.theory.gram import gram_fluctuations
 from symfield.theory.propagate import propagate
@@ -299,6 +300,35 @@ def _bands(A, sw, sb, depth, q0, qab0, P, n, residual, bands):
     return (q_mean, q_sd, c_mean, c_sd, gamma_mean, gamma_sd), ""
 
 
+MC_NETWORKS = 256     # seeded networks of the Monte Carlo bands under a normalisation
+
+
+def _mc_bands(A, sw, sb, depth, q0, qab0, P, n, opts, bands, seed=0):
+    """Width-n means and sds of (q, c, gamma) under a normalisation: no finite-width expansion is derived with
+    LayerNorm or BatchNorm, so the bands come from MC_NETWORKS seeded networks of the same architecture
+    (``sf.simulate`` with real norm layers) on P inputs of Gram matrix (q0 - qab0) I + qab0 1 1^T. The band sd
+    includes the Monte Carlo error of its centre, sd sqrt(1 + 1/M)."""
+    nan = np.full(depth, np.nan)
+    if not bands:
+        return (nan,) * 6, "bands=False: no finite-width bands."
+    if qab0 * (P - 1) <= -q0 or qab0 >= q0:
+        return (nan,) * 6, f"no finite-width bands: the inputs' Gram (q0 = {q0:.6g}, qab0 = {qab0:.6g}) is singular"
+    G0 = (q0 - qab0) * np.eye(P) + qab0
+    X = np.linalg.cholesky(G0) * math.sqrt(P)        # rows with X X^T / P = G0 (input dimension P)
+    sim = simulate(A, n, depth, sw, sb, n_inputs=P, n_networks=MC_NETWORKS, seed=seed, inputs=X, progress=False,
+                   norm=opts.kind, norm_at=opts.at, batch=opts.batch)
+    k = math.sqrt(1 + 1 / MC_NETWORKS)
+    net = sim.networks
+    out = [net.q.mean(0), net.q.std(0, ddof=1) * k]
+    if P > 1:
+        g = net.Vtilde / net.V
+        out += [net.c.mean(0), net.c.std(0, ddof=1) * k, g.mean(0), g.std(0, ddof=1) * k]
+    else:
+        out += [nan] * 4
+    return tuple(out), (f"{opts.label}: bands from {MC_NETWORKS} seeded networks of width {n} with real "
+                        f"normalisation layers (no finite-width expansion under a norm)")
+
+
 def _recorded(activations, precision):
     """(layers as float64 (P, n) arrays, machine epsilon per layer, P) of diagnose's ``activations``."""
     F = "init.diagnose"
@@ -339,7 +369,7 @@ def _theory_gamma(qab, s, P):
 
 
 def diagnose(activations, act, sigma_w2, sigma_b2, width=None, q0=None, qab0=None, residual=None,
-             z=None, bands=True, precision=None) -> Diagnosis:
+             z=None, bands=True, precision=None, norm=None, norm_at="before", batch=None) -> Diagnosis:
     """Compare pre-activations recorded from any framework with the mean-field theory, layer by layer.
 
     Parameters
@@ -367,6 +397,11 @@ def diagnose(activations, act, sigma_w2, sigma_b2, width=None, q0=None, qab0=Non
         Float type the network ran in; default each recorded array's dtype (numpy or torch). Sets the
         rounding floor of 1 - c (:func:`precision_floor`) below which c and gamma are reported as saturated
         (status 4) instead of compared.
+    norm, norm_at, batch : optional
+        The network's normalisation (docs/theory.md section 12): None, "layer" or "batch", placed "before" or
+        "after" phi in layers >= 2; BatchNorm's batch is the recorded inputs (batch None or n_inputs). The
+        theory is ``sf.propagate(..., norm=...)``; the bands come from seeded networks with the same norm
+        layers (MC_NETWORKS of them), since no finite-width expansion is derived under a norm.
 
     Returns
     -------
@@ -396,17 +431,28 @@ def diagnose(activations, act, sigma_w2, sigma_b2, width=None, q0=None, qab0=Non
     meas = np.array([_measure(h) for h in Hs])
     depth = len(Hs)
     q0, qab0 = _inputs(meas, q0, qab0, sw, sb, P)
-    p = propagate(A, sw, sb, depth, q0=q0, qab0=qab0, residual=residual)
+    opts = nm.options(F, norm, norm_at, batch)
+    if opts is not None:
+        if opts.batch is not None and opts.batch != P:
+            check.fail(F, "batch", f"None or n_inputs = {P} (BatchNorm normalises over the recorded inputs)", batch)
+        if residual is not None:
+            check.fail(F, "residual", "None with norm (normalised residual blocks are not supported)", residual)
+        if opts.kind == "batch":
+            opts = nm.Norm("batch", opts.at, P)
+    nkw = {} if opts is None else dict(norm=opts.kind, norm_at=opts.at, batch=opts.batch)
+    p = propagate(A, sw, sb, depth, q0=q0, qab0=qab0, residual=residual, **nkw)
     qt, qabt = np.asarray(p.q, float).reshape(depth), np.asarray(p.qab, float).reshape(depth)
     with np.errstate(invalid="ignore", divide="ignore"):
         ct = qabt / qt if P > 1 else np.full(depth, np.nan)
         gt = _theory_gamma(qabt, np.asarray(p.d, float).reshape(depth) / 2, P) if P > 1 else np.full(depth, np.nan)
-        (qm, qsd, cm, csd, gm, gsd), note = _bands(A, sw, sb, depth, q0, qab0, P, n, residual, bands)
+        (qm, qsd, cm, csd, gm, gsd), note = (_bands(A, sw, sb, depth, q0, qab0, P, n, residual, bands) if opts is None
+                                             else _mc_bands(A, sw, sb, depth, q0, qab0, P, n, opts, bands))
     d = Diagnosis(layers=np.arange(1, depth + 1), q=meas[:, 0], c=meas[:, 1], gamma=meas[:, 2],
                   q_theory=qt, c_theory=ct, gamma_theory=gt, q_mean=qm, q_sd=qsd, c_mean=cm, c_sd=csd,
                   gamma_mean=gm, gamma_sd=gsd, z=2.0 if z is None else z, note=note, eps=eps,
                   params=dict(act=A.name, sigma_w2=sw, sigma_b2=sb, width=n, n_inputs=P, q0=q0, qab0=qab0,
-                              residual=residual, z_rule="given" if z is not None else "family-wise 5 %"))
+                              residual=residual, z_rule="given" if z is not None else "family-wise 5 %",
+                              **({} if opts is None else dict(norm=opts.kind, norm_at=opts.at, batch=opts.batch))))
     if z is None:
         d = replace(d, z=family_z(sum(int(d.compared(s).sum()) for s in STATS)))
     return d

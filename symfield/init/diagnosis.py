@@ -368,6 +368,19 @@ def _theory_gamma(qab, s, P):
     return (qab + s / P) / (s * (1 - 1 / P))
 
 
+def _norm(norm, norm_at, batch, P, residual):
+    """diagnose's validated normalisation (None without one); BatchNorm's batch is the P recorded inputs."""
+    F = "init.diagnose"
+    opts = nm.options(F, norm, norm_at, batch)
+    if opts is None:
+        return None
+    if opts.batch is not None and opts.batch != P:
+        check.fail(F, "batch", f"None or n_inputs = {P} (BatchNorm normalises over the recorded inputs)", batch)
+    if residual is not None:
+        check.fail(F, "residual", "None with norm (normalised residual blocks are not supported)", residual)
+    return nm.Norm("batch", opts.at, P) if opts.kind == "batch" else opts
+
+
 def diagnose(activations, act, sigma_w2, sigma_b2, width=None, q0=None, qab0=None, residual=None,
              z=None, bands=True, precision=None, norm=None, norm_at="before", batch=None) -> Diagnosis:
     """Compare pre-activations recorded from any framework with the mean-field theory, layer by layer.
@@ -422,8 +435,7 @@ def diagnose(activations, act, sigma_w2, sigma_b2, width=None, q0=None, qab0=Non
     F = "init.diagnose"
     sw = float(check.real(F, "sigma_w2", sigma_w2, lo=0, lo_open=True))
     sb = float(check.real(F, "sigma_b2", sigma_b2, lo=0))
-    if z is not None:
-        z = float(check.real(F, "z", z, lo=0, lo_open=True))
+    z = None if z is None else float(check.real(F, "z", z, lo=0, lo_open=True))
     A = as_activation(act)
     Hs, eps, P = _recorded(activations, precision)
     n = Counter(h.shape[1] for h in Hs).most_common(1)[0][0] if width is None else width
@@ -431,16 +443,9 @@ def diagnose(activations, act, sigma_w2, sigma_b2, width=None, q0=None, qab0=Non
     meas = np.array([_measure(h) for h in Hs])
     depth = len(Hs)
     q0, qab0 = _inputs(meas, q0, qab0, sw, sb, P)
-    opts = nm.options(F, norm, norm_at, batch)
-    if opts is not None:
-        if opts.batch is not None and opts.batch != P:
-            check.fail(F, "batch", f"None or n_inputs = {P} (BatchNorm normalises over the recorded inputs)", batch)
-        if residual is not None:
-            check.fail(F, "residual", "None with norm (normalised residual blocks are not supported)", residual)
-        if opts.kind == "batch":
-            opts = nm.Norm("batch", opts.at, P)
-    nkw = {} if opts is None else dict(norm=opts.kind, norm_at=opts.at, batch=opts.batch)
-    p = propagate(A, sw, sb, depth, q0=q0, qab0=qab0, residual=residual, **nkw)
+    opts = _norm(norm, norm_at, batch, P, residual)
+    p = propagate(A, sw, sb, depth, q0=q0, qab0=qab0, residual=residual,
+                  **({} if opts is None else dict(norm=opts.kind, norm_at=opts.at, batch=opts.batch)))
     qt, qabt = np.asarray(p.q, float).reshape(depth), np.asarray(p.qab, float).reshape(depth)
     with np.errstate(invalid="ignore", divide="ignore"):
         ct = qabt / qt if P > 1 else np.full(depth, np.nan)

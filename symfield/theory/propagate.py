@@ -296,7 +296,16 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
                                          general, norm=opts)
     if ran is None:                      # the engine has no compiled path for this normalisation
         return _layerwise(K, opts, swf, sbf, shape, qa0, qb0, qab, d0, depth, store, alpha, dps)
+    return _grid_result(K, ran, swf, sbf, shape, store, general, ntk, dict(
+        act=K.act.name, depth=depth, q0=qa0, qab0=qab, qbb0=qb0, d0=d0, residual=alpha, norm=None, norm_at=None,
+        batch=None))
+
+
+def _grid_result(K, ran, swf, sbf, shape, store, general, ntk, params):
+    """The :class:`Propagation` of an engine run ``ran`` = (out, status, last, method, error, info) over every layer
+    (ntk) or the stored ones, with the NTK rows when asked."""
     out, status, last, how, error, info = ran
+    qa0, qab, d0, alpha = params["q0"], params["qab0"], params["d0"], params["residual"]
     rows = (store.size,) + tuple(shape)
     thetas = _ntk_rows(K, out, swf, sbf, qa0, qab, d0, alpha, store) if ntk else (None, None, None)
     if ntk:
@@ -306,9 +315,7 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
         q=out_qa.reshape(rows), qab=out_qab.reshape(rows),
         qbb=out_qb.reshape(rows) if general else None,
         layers=store, status=status.reshape(shape), grid_shape=tuple(shape), method=how,
-        params=dict(dict(act=K.act.name, depth=depth, q0=qa0, qab0=qab, qbb0=qb0, d0=d0, residual=alpha, norm=None,
-                         norm_at=None, batch=None), **info),
-        error=error, d=out_d.reshape(rows), last_finite=last.reshape(shape),
+        params=dict(params, **info), error=error, d=out_d.reshape(rows), last_finite=last.reshape(shape),
         sigma_w2=swf.reshape(shape), sigma_b2=sbf.reshape(shape),
         **({} if not ntk else dict(zip(("theta_aa", "theta_ab", "d_theta"), (v.reshape(rows) for v in thetas)))))
 

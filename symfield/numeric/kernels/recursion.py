@@ -96,14 +96,16 @@ def pre_norm(norm, qa, qb, qab, dd):
 
 
 @njit(inline="always", **OPTS)
-def ln_after_step(qa, qab, dd, sw, sb, mean, var, M):
-    """LayerNorm after phi at equal norms qa (docs/theory.md section 12.2), with mean = E psi and var = Var psi
-    at qa: for c >= 1/2, 1 - c_hat = D/(2 var) (no cancellation as c -> 1), else c_hat = (C - mean^2)/var."""
-    if near(dd, qa, qa):
-        gap = D(M, qa, qa, qab, dd) / (2.0 * var)
+def ln_after(cv, dv, close, sw, sb, mean, var):
+    """LayerNorm after phi at equal norms (docs/theory.md section 12.2) from the plain step's C = cv and D = dv at
+    (qa, qa, qab, d) (sigma_w2 = 1, sigma_b2 = 0), with mean = E psi and var = Var psi at qa: for c >= 1/2
+    (``close``, where the step evaluated D) 1 - c_hat = D/(2 var), no cancellation as c -> 1; else
+    c_hat = (C - mean^2)/var."""
+    if close:
+        gap = dv / (2.0 * var)
         ch = 1.0 - gap
     else:
-        ch = (C(M, qa, qa, qab) - mean * mean) / var
+        ch = (cv - mean * mean) / var
         gap = 1.0 - ch
     qn = sw + sb
     return qn, qn, sw * ch + sb, 2.0 * sw * gap
@@ -154,13 +156,13 @@ def _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, qa0, qb0, qab0,
                 continue
             a, b, ab, d = pre_norm(norm, qa[j], qb[j], qab[j], dd[j])
             if in_domain(M, a, b, ab):
-                if norm == 2:
+                after = norm == 2          # one inlined copy of the maps: the plain step at (1, 0), then c_hat
+                f = layer_step(a, b, ab, d, 1.0 if after else sw[i0 + j], 0.0 if after else sb[i0 + j],
+                               alpha2, residual and not after, general and not after, M)
+                if after:
                     k = 0 if layer == 2 else 2
-                    qa[j], qb[j], qab[j], dd[j] = ln_after_step(a, ab, d, sw[i0 + j], sb[i0 + j],
-                                                                aux[i0 + j, k], aux[i0 + j, k + 1], M)
-                else:
-                    qa[j], qb[j], qab[j], dd[j] = layer_step(a, b, ab, d, sw[i0 + j], sb[i0 + j],
-                                                             alpha2, residual, general, M)
+                    f = ln_after(f[2], f[3], near(d, a, a), sw[i0 + j], sb[i0 + j], aux[i0 + j, k], aux[i0 + j, k + 1])
+                qa[j], qb[j], qab[j], dd[j] = f
             else:
                 live[j] = False
                 stopped += 1

@@ -51,7 +51,8 @@ def test_closed_forms_lambdified_compiled_and_mpmath_agree(act):
 
 
 @pytest.mark.parametrize("n_mp", [4, pytest.param(Q1.size, marks=pytest.mark.slow)])   # dps-30 checks: minutes
-@pytest.mark.parametrize("spec", ["tanh", "relu+max2", "tanh+avg2"])
+@pytest.mark.parametrize("spec", ["tanh", pytest.param("relu+max2", marks=pytest.mark.slow),   # pools: 30-60 s each
+                                  pytest.param("tanh+avg2", marks=pytest.mark.slow)])
 def test_table_compiled_python_quadrature_and_mpmath_agree(spec, n_mp):
     name, _, pool = spec.partition("+")
     act = sf.activation(name, pool=pool[:3], k=int(pool[3:])) if pool else sf.activation(name)

@@ -231,14 +231,19 @@ class Maps:
         rent-or-buy rule: plain-Python lookups, at their measured cost, until their total would
         pass COMPILE_SECONDS), else the same functions as plain Python (no compilation for a few points)."""
         M, n = self.table.arrays(), args[0].size
-        if self.table.kind == "homogeneous":
-            self._rent_compile.per_eval = min(self._rent_compile.per_eval, 1e-5)   # one Chebyshev row: cheap
-        if codegen.table_module_loaded() or self._rent_compile.worth(n + self._ahead, COMPILE_SECONDS):
+        if self._compile_now(n):
             fn = getattr(codegen.table_module(), f"{name}_many")
             return fn(M, *(np.ascontiguousarray(v) for v in args))
         fn = getattr(table_maps, name)
         return self._rent_compile.timed(lambda: np.array([fn(M, *map(float, vals)) for vals in zip(*args)],
                                                          dtype=float), n)
+
+    def _compile_now(self, n_evals):
+        """The rent-or-buy rule of the table module: use it compiled once it is loaded, or when ``n_evals``
+        lookups (plus those announced by :meth:`plan`) as plain Python would cost more than COMPILE_SECONDS."""
+        if self.table.kind == "homogeneous":
+            self._rent_compile.per_eval = min(self._rent_compile.per_eval, 1e-5)   # one Chebyshev row: cheap
+        return codegen.table_module_loaded() or self._rent_compile.worth(n_evals + self._ahead, COMPILE_SECONDS)
 
     def plan(self, n_evals: int) -> None:
         """Announce about ``n_evals`` table lookups to come (a scan over a grid). Rent or buy with the future
@@ -354,7 +359,7 @@ class Maps:
             else:
                 use = (T.covers(np.array([lo, hi]), np.array([lo, hi])).all() or self.method == "table"
                        or self._rent2d.worth(work, T.seconds_per_panel * max(1, T.panels_needed(lo, min(hi, T.q_top)))))
-            if use and not code and not self._compile_pays(T, work):   # a few point-layers: the same table, looked up in Python
+            if use and not code and not self._compile_pays(work):   # a few point-layers: the same table, looked up in Python
                 out, status, last = grid.run_numpy(self, *args)
                 return out, status, last, "python-table", getattr(T, "error", {}), dict(
                     table=T.describe(), table_path=T.info.get("path"), distance=self._distance_note(),
@@ -370,15 +375,11 @@ class Maps:
         out, status, last = grid.run_numpy(self, *args)
         return out, status, last, "numpy-quadrature", {}, dict(info, distance=self._distance_note())
 
-    def _compile_pays(self, T, work):
-        """Run the grid in the compiled table module: it is loaded already, the method is "table", or the lookups
-        of ``work`` point-layers (about three per point-layer: C, D and V) as plain Python would cost more than
-        compiling it (the rent-or-buy rule of :meth:`_lookup`; a 24-layer network's one or two points compile
-        nothing, which cold costs 30 s or more)."""
-        if self.method == "table" or codegen.table_module_loaded():
-            return True
-        per = min(self._rent_compile.per_eval, 1e-5) if T.kind == "homogeneous" else self._rent_compile.per_eval
-        return self._rent_compile.spent + (3 * work + self._ahead) * per >= COMPILE_SECONDS
+    def _compile_pays(self, work):
+        """Run the grid in the compiled table module: the method is "table", or :meth:`_compile_now` for the
+        lookups of ``work`` point-layers (about three per point-layer: C, D and V; a 24-layer network's one or
+        two points compile nothing, which cold costs 30 s or more)."""
+        return self.method == "table" or self._compile_now(3 * work)
 
     def _run_table(self, T, args, norm=0, aux=grid.NO_AUX, cover=None):
         def spill(point_layers, lo, hi):      # quadrature for these points is cheaper than building

@@ -24,9 +24,9 @@ def _ref(s, t, c):
         return float(mpmath.quad(lambda x: mpmath.npdf(x) * mpmath.ncdf((t - c * x) / r), pts))
 
 
-def test_bvn_against_mpmath_random_points():
+@pytest.mark.parametrize("n", [pytest.param(150, marks=pytest.mark.slow), 60])
+def test_bvn_against_mpmath_random_points(n):
     rng = np.random.default_rng(7)
-    n = 150
     s, t = rng.normal(0, 3, n), rng.normal(0, 3, n)
     s[:20], t[20:40] = rng.uniform(-12, 12, 20), rng.uniform(-12, 12, 20)   # large |h|, |k|
     c = rng.uniform(-1, 1, n)

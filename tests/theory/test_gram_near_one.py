@@ -64,6 +64,7 @@ def test_smooth_rule_near_c1_float64_matches_dps30(gap):
     assert near.near_rule(sf.activation("sin")).method.startswith("mean-value")
 
 
+@pytest.mark.slow        # ~16 s; relu near c = 1 against dps = 30 stays in the default run (three gaps)
 def test_relu_near_c1_20000_layers_has_the_exact_vertex_and_c_below_1():
     """Old code: c_mean(1000)[-1] = 1.00519 with status 0 at q0 = (1, 1, 0.3), depth 20000; 30 digits: 0.99999989.
     ReLU at (2, 0): n Var(Ghat_aa)/K^2 = 5 (l - 1) + 2 exactly."""

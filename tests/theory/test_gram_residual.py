@@ -31,6 +31,7 @@ def test_pair_rule_two_dimensional_entries_against_arc_cosine_quadrature():
     assert abs(P.w.sum() - 1) < 1e-6
 
 
+@pytest.mark.slow        # ~11 s; the relu case above stays in the default run
 def test_pair_rule_four_dimensional_tanh_against_gauss_hermite():
     """Tanh is analytic: a 50^4 Gauss-Hermite rule in Cholesky coordinates of (y, Delta) is the oracle
     (at 0.4 K, 0.4 D, where it has converged to ~1e-11: the poles at +-i pi/2 are far in sd units)."""

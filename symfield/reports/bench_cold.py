@@ -55,12 +55,21 @@ class Row:
 
 
 PHASE6 = ("gelu", "silu", "elu", "softplus", "mish", "sigmoid")
+# the paper's axes, sigma_w2 = 0 included, for every distinct built-in (swish = silu, abrelu and polynomial at
+# their defaults = relu and linear) and the pools of relu, tanh and gelu
+PAPER = ("linear", "relu", "leaky_relu", "abs", "erf", "tanh", "sigmoid", "softplus", "silu", "gelu", "elu", "mish",
+         "sin", "cos", "monomial", "relu+max2", "tanh+max2", "gelu+max2", "relu+avg2", "tanh+avg2")
 
 
 def _rows() -> list[Row]:
     """The target table of the cold-start benchmark, in order."""
     rows = [Row(f"{a}-phase", f'phase_diagram("{a}") 101x51, sigma_w2 0.1..4 x sigma_b2 0..0.5', "phase_diagram",
-                dict(act=a, grid=[101, 51], sw=[0.1, 4.0], sb=[0.0, 0.5]), 60.0, 5.0) for a in PHASE6]
+                dict(act=a, grid=[101, 51], sw=[0.1, 4.0], sb=[0.0, 0.5]), 60.0, 1.5) for a in PHASE6]
+    for spec in PAPER:
+        a, _, pool = spec.partition("+")
+        rows.append(Row(f"paper-{spec.replace('+', '-')}", f'phase_diagram("{spec}") 101x51, sigma_w2 0..4 x sigma_b2 0..0.2',
+                        "phase_diagram", dict(act=a, grid=[101, 51], sw=[0.0, 4.0], sb=[0.0, 0.2],
+                                              **(dict(pool=pool[:3], k=int(pool[3:])) if pool else {})), 60.0, 1.5))
     for a, t in (("relu", 20.0), ("tanh", 60.0)):
         rows.append(Row(f"{a}-max2-phase", f'phase_diagram("{a}", max2) 36x21, sigma_w2 0.5..4 x sigma_b2 0..0.2',
                         "phase_diagram", dict(act=a, pool="max", grid=[36, 21], sw=[0.5, 4.0], sb=[0.0, 0.2]), t))
@@ -76,8 +85,20 @@ def _rows() -> list[Row]:
             dict(act="relu", pool="max", n=10_000), 1.0, metric="call"),
         Row("tanh-neutrality-dps30", 'neutrality("tanh", 0.1, dps=30)', "neutrality",
             dict(act="tanh", sb=0.1, dps=30), 20.0),
+        Row("ntk-grid", 'propagate("erf", ntk=True) 256x256, depth 100', "ntk_grid",
+            dict(act="erf", grid=[256, 256], sw=[0.1, 4.0], sb=[0.0, 0.2], depth=100), 60.0),
+        Row("tanh-gram-residual", 'gram_fluctuations("tanh", 1.5, 0.05, 30, residual=0.5)', "gram",
+            dict(act="tanh", sw=1.5, sb=0.05, depth=30, residual=0.5), 60.0),
+        Row("gelu-gram", 'gram_fluctuations("gelu", 2.3, 0.05, 24)', "gram",
+            dict(act="gelu", sw=2.3, sb=0.05, depth=24), 20.0),
+        Row("gelu-diagnose", 'init.diagnose(24 recorded gelu layers, width 256, 4 inputs), the call', "diagnose",
+            dict(act="gelu", sw=2.0, sb=0.05, depth=24, width=256, n=4), 5.0, metric="call"),
+        Row("relu-jacobian", 'jacobian_spectrum("relu", 2, 0, 32)', "jacobian",
+            dict(act="relu", sw=2.0, sb=0.0, depth=32), 10.0),
+        Row("tanh-isometry", 'isometry_diagram("tanh") 50x50, depth 8', "isometry",
+            dict(act="tanh", grid=[50, 50], sw=[0.5, 3.0], sb=[0.0, 0.2], depth=8), 10.0),
         Row("readme-main", "symfield phase tanh --plot phase.png (README)", "cli",
-            dict(argv=["phase", "tanh", "--plot", "{tmp}/phase.png"]), 15.0, tol=math.inf),
+            dict(argv=["phase", "tanh", "--plot", "{tmp}/phase.png"]), 15.0, 2.5, tol=math.inf),
     ]
     return rows
 
@@ -105,15 +126,9 @@ def _act(p):
 
 
 def _api():
-    """The public calls the rows make (the child has imported the ``symfield`` facade, as a user does)."""
-    from types import SimpleNamespace
-
-    from symfield.theory.neutrality import neutrality
-    from symfield.theory.phases import phase
-    from symfield.theory.maps import C
-    from symfield.theory.phase_diagram import phase_diagram
-    from symfield.theory.propagate import propagate
-    return SimpleNamespace(C=C, neutrality=neutrality, phase=phase, phase_diagram=phase_diagram, propagate=propagate)
+    """The public calls the rows make: the ``symfield`` facade, as a user imports it."""
+    import symfield
+    return symfield
 
 
 def _spread(n, m=5):
@@ -190,6 +205,56 @@ def _child_C_array(p, sf):
     return call, dict(points=pts)
 
 
+def _child_ntk_grid(p, sf):
+    W, B = np.linspace(*p["sw"], p["grid"][0])[:, None], np.linspace(*p["sb"], p["grid"][1])
+    L = p["depth"]
+    t0 = time.perf_counter()
+    r = sf.propagate(_act(p), W, B, L, layers=[L], ntk=True)
+    call = time.perf_counter() - t0
+    ww, bb = np.broadcast_to(W, r.q.shape[1:]), np.broadcast_to(B, r.q.shape[1:])
+    ok = np.flatnonzero(((r.status == 0) & np.isfinite(r.theta_aa[0]) & np.isfinite(r.theta_ab[0])).ravel())
+    pts = [dict(sw=float(ww.flat[i]), sb=float(bb.flat[i]), depth=L, q0=float(r.params["q0"]),
+                qab0=float(r.params["qab0"]), taa=float(r.theta_aa[0].flat[i]), tab=float(r.theta_ab[0].flat[i]))
+           for i in ok[_spread(ok.size)]]
+    return call, dict(points=pts)
+
+
+def _child_gram(p, sf):
+    t0 = time.perf_counter()
+    g = sf.gram_fluctuations(_act(p), p["sw"], p["sb"], p["depth"], residual=p.get("residual"))
+    return time.perf_counter() - t0, dict(points=[], status=np.asarray(g.status).tolist())
+
+
+def _child_diagnose(p, sf):
+    import sympy as sp
+    act = sf.activation(p["act"])
+    phi = sp.lambdify(next(iter(act.expr.free_symbols)), act.expr, ["scipy", "numpy"])
+    rng = np.random.default_rng(0)
+    n, width, sw, sb = p["n"], p["width"], p["sw"], p["sb"]
+    x = rng.standard_normal((n, width))
+    hs, h = [], x
+    for layer in range(p["depth"]):              # a seeded numpy network (untimed): h = W phi(h) + b
+        a = x if layer == 0 else phi(h)
+        h = a @ rng.standard_normal((width, width)) * math.sqrt(sw / width) + rng.standard_normal(width) * math.sqrt(sb)
+        hs.append(h)
+    t0 = time.perf_counter()
+    d = sf.init.diagnose(hs, p["act"], sw, sb)
+    return time.perf_counter() - t0, dict(points=[], ok=bool(d.ok))
+
+
+def _child_jacobian(p, sf):
+    t0 = time.perf_counter()
+    r = sf.jacobian_spectrum(_act(p), p["sw"], p["sb"], p["depth"])
+    return time.perf_counter() - t0, dict(points=[dict(sw=p["sw"], depth=p["depth"], mean=float(r.moments[0]))])
+
+
+def _child_isometry(p, sf):
+    W, B = np.linspace(*p["sw"], p["grid"][0]), np.linspace(*p["sb"], p["grid"][1])
+    t0 = time.perf_counter()
+    sf.isometry_diagram(_act(p), W, B, p["depth"])
+    return time.perf_counter() - t0, dict(points=[])
+
+
 def _child_neutrality(p, sf):
     t0 = time.perf_counter()
     sw = sf.neutrality(_act(p), p["sb"], dps=p["dps"])
@@ -200,9 +265,12 @@ def _child_neutrality(p, sf):
 
 
 _CHILD = {"phase_diagram": _child_phase_diagram, "phase": _child_phase, "propagate": _child_propagate,
-          "C_scalar": _child_C_scalar, "C_array": _child_C_array, "neutrality": _child_neutrality}
+          "C_scalar": _child_C_scalar, "C_array": _child_C_array, "neutrality": _child_neutrality,
+          "ntk_grid": _child_ntk_grid, "gram": _child_gram, "diagnose": _child_diagnose,
+          "jacobian": _child_jacobian, "isometry": _child_isometry}
 _VALUES = {"phase_diagram": ("q", "slope"), "phase": ("q", "slope"), "propagate": ("q", "qab"),
-           "C_scalar": ("C",), "C_array": ("C",), "neutrality": ()}
+           "C_scalar": ("C",), "C_array": ("C",), "neutrality": (), "ntk_grid": ("taa", "tab"), "gram": (),
+           "diagnose": (), "jacobian": ("mean",), "isometry": ()}
 
 
 def _child(spec_path, out_path):
@@ -243,12 +311,17 @@ def _weight(act, q):
 
 def V_mp(act, q, dps):
     phi, _, kk = _phi_mp(act)
+    if act.pool == "avg":       # psi = mean of k iid phi(u_j): V = (E[phi^2] + (k - 1) E[phi]^2)/k
+        m = mp_expect1(phi, q, kk, dps)
+        return (mp_expect1(lambda t: phi(t) ** 2, q, kk, dps) + (act.k - 1) * m * m) / act.k
     w = _weight(act, q)
     return mp_expect1(lambda t: phi(t) ** 2 * w(t), q, kk, dps)
 
 
 def dpsi2_mp(act, q, dps):
     _, dphi, kk = _phi_mp(act)
+    if act.pool == "avg":       # sum_j (phi'(u_j)/k)^2: E[phi'^2]/k
+        return mp_expect1(lambda t: dphi(t) ** 2, q, kk, dps) / act.k
     w = _weight(act, q)
     return mp_expect1(lambda t: dphi(t) ** 2 * w(t), q, kk, dps)
 
@@ -347,6 +420,35 @@ def _check_C(act, points):
     return err
 
 
+def _check_ntk(act, points):
+    """Max relative error of Theta_aa, Theta_ab at the last layer against erf's NTK recursion in mpmath (dps 30):
+    K' = sw (2/pi) asin(2 K_ab/sqrt((1 + 2 K_aa)(1 + 2 K_bb))) + sb, Theta' = K' + sw Tdot(K) Theta,
+    Tdot = (4/pi)/sqrt((1 + 2 K_aa)(1 + 2 K_bb) - 4 K_ab^2) (docs/theory.md section 13)."""
+    if act.name != "erf":
+        raise InvalidValue(f"The NTK oracle of the cold suite is erf's closed form. Got {act.name!r} instead.")
+    err = 0.0
+    with mpmath.workdps(30):
+        for pt in points:
+            sw, sb = mpmath.mpf(pt["sw"]), mpmath.mpf(pt["sb"])
+            kaa, kab = sw * mpmath.mpf(pt["q0"]) + sb, sw * mpmath.mpf(pt["qab0"]) + sb
+            taa, tab = kaa, kab
+            for _ in range(pt["depth"] - 1):
+                den = 1 + 2 * kaa
+                daa, dab = 4 / (mpmath.pi * mpmath.sqrt(den ** 2 - 4 * kaa ** 2)), 4 / (mpmath.pi * mpmath.sqrt(den ** 2 - 4 * kab ** 2))
+                kaa, kab = (sw * 2 / mpmath.pi * mpmath.asin(2 * k / den) + sb for k in (kaa, kab))
+                taa, tab = kaa + sw * daa * taa, kab + sw * dab * tab
+            err = max(err, _rel(pt["taa"], taa), _rel(pt["tab"], tab, taa))
+    return err
+
+
+def _check_jacobian_mean(act, points):
+    """Relative error of the mean eigenvalue of J J^T: sw^L E[psi'^2]^(L-1), with E[relu'^2] = 1/2 exactly."""
+    if act.name != "relu":
+        raise InvalidValue(f"The Jacobian oracle of the cold suite is relu's. Got {act.name!r} instead.")
+    pt = points[0]
+    return _rel(pt["mean"], mpmath.mpf(pt["sw"]) ** pt["depth"] / mpmath.mpf(2) ** (pt["depth"] - 1))
+
+
 def _check_neutrality(act, points):
     """|c-map(1/2) - 1/2| relative to q*/2 at the returned sigma_w2: 0 exactly on the neutrality line (dps 20)."""
     pt = points[0]
@@ -364,13 +466,15 @@ _ORACLE = {"phase_diagram": (_check_fixed_point, "q* and chi1 re-solved in mpmat
                                      "(max-pools: points with c <= 0.97, where that quadrature resolves the density)"),
            "C_scalar": (_check_C, "float64 argmax-decomposition quadrature (independent of symfield)"),
            "C_array": (_check_C, "float64 argmax-decomposition quadrature (independent of symfield)"),
-           "neutrality": (_check_neutrality, "relative residual of c* = 1/2 with mpmath q* and C (dps 20)")}
+           "neutrality": (_check_neutrality, "relative residual of c* = 1/2 with mpmath q* and C (dps 20)"),
+           "ntk_grid": (_check_ntk, "erf's closed-form NTK recursion in mpmath (dps 30) at the last layer"),
+           "jacobian": (_check_jacobian_mean, "mean eigenvalue sw^L (1/2)^(L-1), exact")}
 
 
 def error_of(row: Row, out: dict):
     """(max relative error, oracle description) of a child's output; (None, why) when there is nothing to check."""
     if row.kind not in _ORACLE:
-        return None, "no numeric output (a figure)"
+        return None, "no numeric output (a figure)" if row.kind == "cli" else "speed row: its accuracy is held by the tests"
     fn, what = _ORACLE[row.kind]
     if not out["points"]:
         return None, "no point with a finite fixed point to check"

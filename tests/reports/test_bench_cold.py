@@ -85,7 +85,8 @@ def test_cli_rows_timeout_and_json(tmp_path):
 def test_cli_list(capsys):
     assert main(["bench", "--suite", "cold", "--rows", "list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == len(bc.ROWS) == 15 and lines[0].startswith("gelu-phase")
+    assert len(lines) == len(bc.ROWS) == 41 and lines[0].startswith("gelu-phase")
+    assert {f"paper-{a}" for a in ("relu", "tanh-max2", "tanh-avg2", "gelu")} <= {ln.split()[0] for ln in lines}
 
 
 @pytest.mark.parametrize("argv,needle", [(["--suite", "cold", "--rows", "gelu-phase,nope"], "Got 'nope' instead"),

@@ -134,17 +134,25 @@ CHUNK = 1 << 18            # nodes per block of the weighted sums
 
 
 def _block_sums(P, phi, dphi, lo, hi):
-    """sum_nodes w g_k f_j over nodes lo:hi, g = (1, P(y)) and f = the 12 integrand columns."""
+    """sum_nodes w g_k f_j over nodes lo:hi, g = (1, P(y)) and f = the 12 integrand columns (one matrix
+    product of rows written in place: no stacked copies of the node arrays)."""
     ya, yb, da, db = P.ya[lo:hi], P.yb[lo:hi], P.da[lo:hi], P.db[lo:hi]
     wa, wb = ya + da, yb + db
     pa, pb, qa, qb, ra, rb = phi(ya), phi(yb), phi(wa), phi(wb), dphi(wa), dphi(wb)
     w = P.w[lo:hi]
-    g = np.stack([w, w * pa * pa, w * pb * pb, w * pa * pb])
-    f = np.stack([np.ones_like(w), qa * qa, qb * qb, qa * qb, wa * wa, wb * wb, wa * wb,   # 1, P(w), Z(w)
-                  ra * rb,                                                     # d_a d_b P_ab(w)
-                  2 * da * qa * ra, da * ra * qb,                              # Delta_a d_a P_aa, P_ab
-                  2 * db * qb * rb, db * qa * rb], axis=1)                     # Delta_b d_b P_bb, P_ab
-    return g @ f
+    g, f = np.empty((4, w.size)), np.empty((12, w.size))
+    g[0] = w
+    np.multiply(w * pa, pa, out=g[1])
+    np.multiply(w * pb, pb, out=g[2])
+    np.multiply(w * pa, pb, out=g[3])
+    f[0] = 1.0                                                     # 1, P(w), Z(w)
+    for row, (x, y) in enumerate(((qa, qa), (qb, qb), (qa, qb), (wa, wa), (wb, wb), (wa, wb), (ra, rb)), 1):
+        np.multiply(x, y, out=f[row])                              # ..., d_a d_b P_ab(w)
+    np.multiply(2 * da * qa, ra, out=f[8])                         # Delta_a d_a P_aa, P_ab
+    np.multiply(da * ra, qb, out=f[9])
+    np.multiply(2 * db * qb, rb, out=f[10])                        # Delta_b d_b P_bb, P_ab
+    np.multiply(db * qa, rb, out=f[11])
+    return g @ f.T
 
 
 def pair_moments(K, D, phi, dphi, kinks=(), order=ORDER, panels=()) -> PairMoments:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import symfield as sf
+from symfield.numeric.maps import maps
 from symfield.numeric.tail import tail
 
 # (a, b, A, B): h(x) = a min(x, 0) + b max(x, 0) + A H(-x) + B H(x)
@@ -91,7 +92,7 @@ def check(name, q, theta, errs=None):
     assert max(e) < 1e-12, (name, q, theta, e)
 
 
-@pytest.mark.parametrize("name,q,theta", [("gelu", 2.0 ** 20, 0.7), ("elu", 2.0 ** 30, 1e-3 * 40), ("tanh", 2.0 ** 16, 2.0)])
+@pytest.mark.parametrize("name,q,theta", [("gelu", 2.0 ** 30, math.asin(1e-3)), ("tanh", 2.0 ** 16, 2.0)])
 def test_tail_against_mpmath(name, q, theta):
     check(name, q, theta)
 
@@ -99,21 +100,62 @@ def test_tail_against_mpmath(name, q, theta):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["gelu", "silu", "elu", "softplus", "tanh", "sigmoid", "mish"])
 def test_tail_against_mpmath_many(name):
+    """q = 2^16 .. 2^60, theta from 2.5 down to 0.01 (where s = sqrt(q) sin theta > 60), sin theta = 1e-3 at
+    q = 2^30, and the smallest theta the series accepts at q = 2^20 (the edge of the corner)."""
     for q in (2.0 ** 16, 2.0 ** 20, 2.0 ** 30, 2.0 ** 60):
         for theta in (2.5, 1.2, 0.3, 0.01):
             if math.sqrt(q) * math.sin(theta) > 60:
                 check(name, q, theta)
     check(name, 2.0 ** 30, math.asin(1e-3))
+    T, q = tail(sf.kernel(name)), 2.0 ** 20
+    th = np.geomspace(1e-4, 1, 81)
+    ok = T.D(np.full(th.shape, q), 4 * q * np.sin(th / 2) ** 2)[1] & T.C(np.full(th.shape, q), np.cos(th))[1]
+    assert ok[np.argmax(ok):].all()
+    check(name, q, th[np.argmax(ok)])
 
 
-def test_corner_refuses():
-    """s = sqrt(q) sin(theta) of order one: the series is refused, and the engine falls back to quadrature."""
-    T = tail(sf.kernel("gelu"))
+def test_corner_refuses_and_the_engine_falls_back():
+    """s = sqrt(q) sin(theta) <= 1: the series refuses (C, D), and the engine's C there is the quadrature's."""
+    K = sf.kernel("gelu")
+    T = tail(K)
     q = 2.0 ** 20
-    c = np.cos(np.array([1e-3, 2e-3, math.pi - 1e-3]))
-    assert not T.C(q, c)[1].any()
-    assert not T.D(q, 2 * q * (1 - c[:2]))[1].any()
+    th = np.array([2.5e-4, 1e-3, math.pi - 1e-3])
+    assert not T.C(q, np.cos(th))[1].any()
+    assert not T.D(q, 4 * q * np.sin(th[:2] / 2) ** 2)[1].any()
+    M = maps(K)
+    before = dict(M.tally)
+    c = M.C(np.array([q, q]), np.array([q, q]), q * np.cos([1e-3, 0.5]))
+    assert M.tally["quadrature"] == before["quadrature"] + 1 and M.tally["tail"] == before["tail"] + 1
+    ref = maps(K, method="quadrature").C(q, q, q * math.cos(1e-3))
+    assert abs(c[0] - ref) <= 1e-12 * q
 
 
 def test_not_localized_has_no_tail():
-    assert tail(sf.kernel("relu")) is None
+    assert tail(sf.kernel("relu")) is None and tail(sf.kernel("sin")) is None
+
+
+def _steps(name, sw, sb, q, qab, n):
+    """n layers of the recursion q' = sw V(q) + sb, q12' = sw C(q, q, q12) + sb, d' = sw D by the oracle."""
+    out = []
+    for _ in range(n):
+        c = qab / q
+        V, C, D = oracle(name, q, math.acos(c))
+        q, qab, d = float(sw * V + sb), float(sw * C + sb), float(sw * D)
+        out.append((q, qab, d))
+    return out
+
+
+@pytest.mark.slow
+def test_propagate_beyond_the_table_against_mpmath_steps():
+    """gelu at sigma_w2 = 3, 4: q grows past 2^20 on the tail; three layers from there against the oracle's
+    step-by-step recursion started from propagate's own state at that layer."""
+    sw, sb = np.array([3.0, 4.0]), 0.1
+    r = sf.propagate("gelu", sw, sb, 40)
+    assert "tail" in r.method and (r.status == 0).all()
+    for i in range(2):
+        L = int(np.argmax(r.q[:, i] > 2.0 ** 20))
+        ref = _steps("gelu", sw[i], sb, float(r.q[L, i]), float(r.qab[L, i]), 3)
+        for k, (q, qab, d) in enumerate(ref):
+            assert abs(r.q[L + 1 + k, i] - q) <= 1e-12 * q
+            assert abs(r.qab[L + 1 + k, i] - qab) <= 1e-12 * q
+            assert abs(r.d[L + 1 + k, i] - d) <= 1e-11 * d

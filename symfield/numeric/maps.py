@@ -26,6 +26,7 @@ from symfield.numeric.context import FLOAT64, Mp
 from symfield.numeric.distance import rule as distance_rule
 from symfield.numeric.evaluate import evaluate, evaluator
 from symfield.numeric.kernels import table_maps
+from symfield.numeric.tail import tail
 from symfield.numeric.table1d import Table1D
 from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
 from symfield.symbolic.kernel_type import Kernel
@@ -33,6 +34,7 @@ from symfield.symbolic.kernel_type import Kernel
 ONE_D = ("V", "dpsi2", "mean", "dV")
 TABLE_1D = ("V", "dpsi2")          # 1-D maps that get a table when they are integrals
 METHODS = ("auto", "table", "quadrature")
+TAIL_Q = tables.q_top()            # equal norms from the table top up: the large-q tail (numerics section 11)
 COMPILE_SECONDS = 3.0              # loading the compiled table module (numba's cache warm: less; cold: more)
 _MAPS: dict = caches.memo()
 
@@ -97,6 +99,7 @@ class Maps:
         self._rent2d = _Rental(0.01)
         self._rent_compile = _Rental(4e-4)   # table lookups as plain Python until compiling pays (rent or buy)
         self._ahead = 0                      # evaluations a caller announced (plan): the rental's known future
+        self.tally = {"tail": 0, "quadrature": 0}   # equal-norm points at q >= the table top, by path
 
     # ------------------------------------------------------------------ quadrature / closed forms
     @cached_property
@@ -157,7 +160,29 @@ class Maps:
         return tab
 
     def V(self, q):
-        return self._one("V", q)
+        q = np.asarray(q, float)
+        big = q >= TAIL_Q
+        if self._tail is None or not big.any() or not self.K.V.has(sp.Integral):
+            return self._one("V", q)
+        out = np.full(q.shape, np.nan)
+        out[big] = self._from_tail("V", q[big])
+        rest = np.isnan(out)
+        if rest.any():
+            out[rest] = self._one("V", q[rest])
+        return out
+
+    @cached_property
+    def _tail(self):
+        """The large-q tail series (:mod:`.tail`), or None (method "quadrature", or psi has none)."""
+        return None if self.method == "quadrature" or self.K.closed_form else tail(self.K)
+
+    def _from_tail(self, name, q, *rest):
+        """The tail's V(q), C(q, q, q12) or D(q, q, q12, d) at flat arrays; NaN where it is not certified."""
+        self.how.setdefault(f"{name} (q >= table top)", "large-q tail series (numerics section 11), else quadrature")
+        T = self._tail
+        out, ok = T.V(q) if name == "V" else T.C(q, rest[0] / q) if name == "C" else T.D(q, rest[1])
+        self.tally["tail"] += int(ok.sum())
+        return out
 
     def dpsi2(self, q):
         return self._one("dpsi2", q)
@@ -222,7 +247,13 @@ class Maps:
         if ok.any():
             out[ok] = self._lookup(name, a[ok], b[ok], *(v[ok] for v in rest))
         bad = np.isnan(out)
+        if bad.any() and self._tail is not None:   # equal norms beyond the table: the large-q tail
+            big = np.flatnonzero(bad & (a == b) & (a >= TAIL_Q))
+            if big.size:
+                out[big] = self._from_tail(name, a[big], *(v[big] for v in rest))
+                bad = np.isnan(out)
         if bad.any():
+            self.tally["quadrature"] += int(bad.sum())
             out[bad] = self._rent2d.timed(slow, int(bad.sum()), a[bad], b[bad], *(v[bad] for v in rest))
         return out.reshape(shape)
 
@@ -372,8 +403,10 @@ class Maps:
                     info = dict(table_refused=str(err))
         if code:
             return None
+        before = dict(self.tally)
         out, status, last = grid.run_numpy(self, *args)
-        return out, status, last, "numpy-quadrature", {}, dict(info, distance=self._distance_note())
+        method = "numpy-quadrature" + ("+tail" if self.tally["tail"] > before["tail"] else "")
+        return out, status, last, method, {}, dict(info, distance=self._distance_note())
 
     def _compile_pays(self, work):
         """Run the grid in the compiled table module: the method is "table", or :meth:`_compile_now` for the
@@ -385,12 +418,18 @@ class Maps:
         def spill(point_layers, lo, hi):      # quadrature for these points is cheaper than building
             return self.method != "table" and not self._rent2d.worth(point_layers, T.seconds_per_panel *
                                                                        max(1, T.panels_needed(lo, min(hi, T.q_top))))
+        before = dict(self.tally)
         out, status, last, n_quad = grid.run_table(self, T, *args, spill=spill, norm=norm, aux=aux, cover=cover)
         eD = T.error.get("D", math.inf)
         info = dict(table=T.describe(), table_path=T.info.get("path"), points_on_quadrature=n_quad,
                     distance=(f"tabulated (relative error <= {eD:.1e})" if math.isfinite(eD) else
                               "plain difference V + V - 2C of the table; gamma loses digits once 1 - c < ~1e-8"))
-        return out, status, last, "numba-table" + ("+numpy-quadrature" if n_quad else ""), T.error, info
+        return out, status, last, "numba-table" + (self._numpy_paths(before) if n_quad else ""), T.error, info
+
+    def _numpy_paths(self, before):
+        """"+numpy-tail", "+numpy-quadrature", both, or "+numpy-table": the paths of the points finished on NumPy."""
+        used = [k for k in ("tail", "quadrature") if self.tally[k] > before[k]]
+        return "".join("+numpy-" + k for k in used) or "+numpy-table"
 
     def step(self):
         """(first_layer, layer_step) of the recursion on these maps (:func:`_step`)."""

@@ -80,7 +80,7 @@ class Kernel:
         """V(0+) = 0: q = 0 solves the variance fixed-point equation at sigma_b2 = 0. The limit of a closed-form
         V; for an integral, psi(0) = 0 with phi continuous (no jump), so V(0+) = psi(0)^2 = 0."""
         if not self.V.has(sp.Integral):
-            return sp.limit(self.V, q, 0, "+") == 0
+            return limit_at_0(self.V) == 0
         return self.psi0 == 0.0 and not self.jumps
 
     @cached_property
@@ -104,3 +104,9 @@ def _parity(phi, pool, k) -> int:
         return 2
     odd = sp.simplify(phi.subs(x, -x) + phi) == 0
     return 1 if odd and (pool in (None, "avg") or k == 1) else 0
+
+
+@stored
+def limit_at_0(expr) -> sp.Expr:
+    """lim expr as q -> 0+ (SymPy)."""
+    return sp.limit(expr, q, 0, "+")

@@ -231,8 +231,8 @@ def _run(seconds, memory, fn, args, kwargs, cpu=False):
 
 
 def ran_out() -> int:
-    """How many budgets of this process have run out so far, on any thread: a result computed while this count
-    grew may hold a fallback taken for lack of time, and so depend on the machine's speed."""
+    """How many budgets of this process have run out so far, on any thread: a result computed after one did may
+    hold a fallback taken for lack of time (directly or from a memo table), and so depend on the machine's speed."""
     return _ran_out
 
 

@@ -5,8 +5,10 @@
 the large-q limits): its value is pickled to ``cache_dir()/derived/<function>-<key>.pkl``, where the key is the
 sha256 of everything that determines the value -- the function's name, its arguments (``srepr``), the text of
 every module of ``symfield/symbolic`` (the derivations and the functions they print) and of the function's own
-module, the numeric settings of the derivations (budgets, INTEGRATE_SECONDS) and the Python, SymPy and mpmath
-versions. A value computed while a time budget ran out (a fallback taken for lack of time) is not stored. A pickle runs code when loaded, so the file holds the pickle's seal under the user's key
+module, the settings that change a derivation's result (INTEGRATE_SECONDS <= 0: no SymPy integration) and the
+Python, SymPy and mpmath versions. A process in which a time or memory budget has run out stores nothing: a
+fallback taken for lack of time (which a faster machine would not take) may be in its values or memo tables.
+A pickle runs code when loaded, so the file holds the pickle's seal under the user's key
 (core.files.seal, bound to the file's name) and is authenticated before it is unpickled; a file that fails is
 moved aside (one CacheWarning) and the value derived again. Only values are stored: a derivation that raises
 (over its time budget, SymPy gave up) leaves no file and raises again in the next process.
@@ -16,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import importlib
 import pickle
 import sys
 from pathlib import Path
@@ -27,6 +28,7 @@ import sympy as sp
 from symfield.core import timelimit
 from symfield.core.errors import CacheError
 from symfield.core.files import atomic_write, authenticate, cache_dir, quarantine, seal
+from symfield.symbolic import gaussian as G
 
 
 @functools.cache
@@ -39,15 +41,10 @@ def _code_version(source: str) -> str:
     return h.hexdigest()
 
 
-_SETTINGS = ("activation", "formula", "gaussian", "integrals", "kernel", "limits", "pool")   # what the derivations run
-
-
 def _settings() -> str:
-    """The numeric settings of the modules the derivations run (budgets, INTEGRATE_SECONDS = 0 switching SymPy's
-    integration off, ...), as they are now."""
-    mods = [importlib.import_module(f"symfield.symbolic.{m}") for m in _SETTINGS]
-    return repr([sorted((n, v) for n, v in vars(mod).items() if n.isupper() and type(v) in (int, float, bool))
-                 for mod in mods])
+    """The settings that change what a derivation returns: INTEGRATE_SECONDS <= 0 switches SymPy's integration
+    off. The time and memory budgets do not (a value computed while one ran out is not stored)."""
+    return f"INTEGRATE_SECONDS {G.INTEGRATE_SECONDS!r}"
 
 
 def _token(a) -> str:
@@ -99,9 +96,8 @@ def stored(fn):
             return _load(path)
         except KeyError:
             pass
-        before = timelimit.ran_out()
         value = fn(*args)
-        if timelimit.ran_out() == before:       # no fallback taken for lack of time
+        if not timelimit.ran_out():     # no fallback taken for lack of time, now or in a memo table of this process
             _save(path, value)
         return value
     return wrapper

@@ -8,43 +8,69 @@ recursions, finite width, IGB), ``simulate``, ``reports``/``io``, ``sweep`` and 
 stay importable, and each imports only from the layers before it (tests/package/test_layers.py).
 The theory is written up in docs/theory.md.
 """
+import importlib
+import sys
+import types
+
 from symfield.core.errors import SymfieldError
 from symfield.core.version import __version__
-from symfield import init  # sf.init: EOC initialisers for JAX/Flax and PyTorch (lazy imports)
-from symfield.io import plots  # figures; matplotlib is imported only when one is drawn
-from symfield.reports.bench import bench
-from symfield.reports.derive import derive
-from symfield.reports.verify import verify
-from symfield.simulate import class_gradients, finite_data_gamma, simulate, simulate_jacobian
-from symfield.sweep import SweepResult, sweep
-from symfield.symbolic.activation import Activation, activation, activations
-from symfield.symbolic.kernel import Kernel, kernel
-from symfield.theory import igb
-from symfield.theory.divergence import divergence
-from symfield.theory.finite_width import finite_width
-from symfield.theory.gram import GramFluctuations, gram_fluctuations
-from symfield.theory.jacobian import IsometryDiagram, JacobianSpectrum, isometry_diagram, jacobian_spectrum
-from symfield.theory.width_gain import WidthGain, width_gain
-from symfield.theory.cstar import c_star
-from symfield.theory.eoc import DepthEOC, EOCCurve, eoc, eoc_curve, eoc_depth
-from symfield.theory.neutrality import neutrality
-from symfield.theory.norm import BatchNormResult, batchnorm
-from symfield.theory.phases import phase, xi_c, xi_q
-from symfield.theory.qstar import FixedPoints, fixed_points, q_star
-from symfield.theory.maps import (
-    C,
-    V,
-    chi1,
-    chi1_tilde,
-    map_value,
-    q_growth,
-    q_map,
-    qab_map,
-)
-from symfield.theory.phase_diagram import PhaseDiagram, phase_diagram
-from symfield.theory.propagate import propagate
-from symfield.theory.ntk import NTK, ntk
-from symfield.theory.trainability import Trainability, trainability
+
+# The rest of the API is imported on first use (PEP 562), so that a process pays only for the layers it calls.
+_MODULES = {"init": "symfield.init",       # sf.init: EOC initialisers for JAX/Flax and PyTorch (lazy imports)
+            "plots": "symfield.io.plots",  # figures; matplotlib is imported only when one is drawn
+            "igb": "symfield.theory.igb"}
+_WHERE = {name: mod for mod, names in {      # name -> the module that defines it
+    "symfield.reports.bench": "bench",
+    "symfield.reports.derive": "derive",
+    "symfield.reports.verify": "verify",
+    "symfield.simulate": "class_gradients finite_data_gamma simulate simulate_jacobian",
+    "symfield.sweep": "SweepResult sweep",
+    "symfield.symbolic.activation": "Activation activation activations",
+    "symfield.symbolic.kernel": "Kernel kernel",
+    "symfield.theory.divergence": "divergence",
+    "symfield.theory.finite_width": "finite_width",
+    "symfield.theory.gram": "GramFluctuations gram_fluctuations",
+    "symfield.theory.jacobian": "IsometryDiagram JacobianSpectrum isometry_diagram jacobian_spectrum",
+    "symfield.theory.width_gain": "WidthGain width_gain",
+    "symfield.theory.cstar": "c_star",
+    "symfield.theory.eoc": "DepthEOC EOCCurve eoc eoc_curve eoc_depth",
+    "symfield.theory.neutrality": "neutrality",
+    "symfield.theory.norm": "BatchNormResult batchnorm",
+    "symfield.theory.phases": "phase xi_c xi_q",
+    "symfield.theory.qstar": "FixedPoints fixed_points q_star",
+    "symfield.theory.maps": "C V chi1 chi1_tilde map_value q_growth q_map qab_map",
+    "symfield.theory.phase_diagram": "PhaseDiagram phase_diagram",
+    "symfield.theory.propagate": "propagate",
+    "symfield.theory.ntk": "NTK ntk",
+    "symfield.theory.trainability": "Trainability trainability",
+}.items() for name in names.split()}
+
+
+def __getattr__(name):
+    if name in _MODULES:
+        value = importlib.import_module(_MODULES[name])
+    elif name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name]), name)
+    else:
+        raise AttributeError(f"module 'symfield' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Facade(types.ModuleType):
+    """``symfield.simulate`` and ``symfield.sweep`` stay the functions when the import system binds the submodules
+    of the same names here (as it does when a submodule is first imported)."""
+
+    def __setattr__(self, name, value):
+        if not (name in _WHERE and isinstance(value, types.ModuleType)):
+            super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Facade
 
 __all__ = [
     "__version__",

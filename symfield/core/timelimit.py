@@ -35,6 +35,7 @@ _serial = itertools.count()
 _watchdog = None
 _SET_ASYNC = ctypes.pythonapi.PyThreadState_SetAsyncExc
 _STARTING = getattr(threading, "_limbo", {})   # threading's threads started but not yet running (in place)
+_ran_out = 0                      # budgets of this process that ran out (see :func:`ran_out`)
 
 
 CPU_WALL_FACTOR = 10.0           # a CPU budget's wall-clock cap, in multiples of its seconds
@@ -223,8 +224,16 @@ def _run(seconds, memory, fn, args, kwargs, cpu=False):
             budget.leaving = True   # a plain store: no interrupt can land before it
             _leave(budget)
     except budget.exc:   # at most one more can arrive (set before `leaving`): it lands here or above
+        global _ran_out
         _leave(budget)
+        _ran_out += 1
         return False, budget.reason
+
+
+def ran_out() -> int:
+    """How many budgets of this process have run out so far, on any thread: a result computed after one did may
+    hold a fallback taken for lack of time (directly or from a memo table), and so depend on the machine's speed."""
+    return _ran_out
 
 
 def call_with_time_limit(seconds, fn, *args, **kwargs):

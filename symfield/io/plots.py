@@ -8,8 +8,6 @@ from __future__ import annotations
 from symfield.core.errors import InvalidValue, Unsupported
 import numpy as np
 
-from symfield.simulate import finite_data_gamma
-from symfield.theory import igb
 from symfield.theory.phases import PHASES
 from symfield.theory.maps import q_growth
 
@@ -229,6 +227,7 @@ def depth_curves(prop, sim=None, path=None, title=None, axes=None, dpi=None):
     point) and, when ``sim`` (a :func:`symfield.simulate` result) is given, the simulated mean, median
     and 5-95 % band of c_ab over input pairs and networks, and gamma with its spread over networks
     (min-max when fewer than 20). Saved to ``path`` (.png at ``dpi``, .pdf/.svg) when given. Returns the figure."""
+    from symfield.simulate import finite_data_gamma
     fig, (a1, a2), own = _own(axes, (10, 4.2), ncols=2)
     layers = np.asarray(prop.layers)
     c, g = np.asarray(prop.c).reshape(layers.size, -1)[:, 0], np.asarray(prop.gamma).reshape(layers.size, -1)[:, 0]
@@ -268,6 +267,7 @@ def g0_densities(gammas=(0.1, 0.5, 1.0, 2.0, 10.0), path=None, ax=None, dpi=None
     """Densities of G0, the fraction of inputs assigned to class 0 (docs/theory.md section 10), for
     several drift ratios gamma: peaked at 1/2 (gamma < 1), uniform (gamma = 1), pushed to 0 and 1.
     On ``ax`` (default: a new figure); saved to ``path`` (.png at ``dpi``, .pdf/.svg). Returns the figure."""
+    from symfield.theory import igb
     fig, ax, own = _own(ax, (6, 4))
     g = np.linspace(1e-4, 1 - 1e-4, 801)
     for gam in gammas:

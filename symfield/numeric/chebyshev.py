@@ -89,11 +89,14 @@ def chebval2d(coef, x, y):
 
 def clenshaw(c, y):
     """sum_k c[i, k] T_k(y_i): each point y_i with its own coefficient row c[i] (Clenshaw's recurrence)."""
-    b1 = np.zeros(y.shape)
-    b2 = np.zeros(y.shape)
+    y2, cols = 2 * y, c.T.copy()       # the same operations in the same order, fewer temporaries
+    b1, b2 = np.zeros(y.shape), np.zeros(y.shape)
     for j in range(c.shape[1] - 1, 0, -1):
-        b1, b2 = 2 * y * b1 - b2 + c[:, j], b1
-    return y * b1 - b2 + c[:, 0]
+        t = y2 * b1
+        t -= b2
+        t += cols[j]
+        b1, b2 = t, b1
+    return y * b1 - b2 + cols[0]
 
 
 def basis(y, n):

@@ -23,6 +23,7 @@ from symfield.symbolic import gaussian as G
 from symfield.symbolic.distance import sin_minus_tcos_mp
 from symfield.symbolic.formula import X as x
 from symfield.symbolic.integrals import GaussianIntegral, Integrand, Kind, install_quadrature, integrals
+from symfield.symbolic.stored import stored
 
 GUARD_DIGITS = 10
 
@@ -57,6 +58,7 @@ def _digits_lost_near_0(fast, f):
     return None
 
 
+@stored
 def _factored_rewrite(f):
     """SymPy's expm1/log1p rewrite (it factors first) under the REWRITE_SECONDS budget (TooExpensive)."""
     from sympy.codegen.rewriting import expm1_opt, log1p_opt, optimize

@@ -9,11 +9,11 @@ on [0, 40].
 from __future__ import annotations
 
 import numpy as np
-from scipy import special
 
 
 def phi_power_mean(n: int, a, order: int = 200):
     """E[Phi(a Z)^n] for an array a >= 0 (module docstring), float64, ``order`` nodes per rule."""
+    from scipy import special
     a = np.asarray(a, float)
     if n == 0:
         return np.ones_like(a)

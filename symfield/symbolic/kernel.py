@@ -25,6 +25,7 @@ from symfield.symbolic.activation import Activation, activation, kinks
 from symfield.symbolic.formula import X as x
 from symfield.symbolic.kernel_type import MAPS, Kernel
 from symfield.symbolic.pool import max_kernel
+from symfield.symbolic.stored import stored
 from symfield.core import caches
 
 q, q1, q2, q12 = G.q, G.q1, G.q2, G.q12
@@ -72,6 +73,7 @@ def _step(what, name, fn, *args):
 
 
 @lru_cache(maxsize=128)
+@stored
 def _kernel(act: Activation) -> Kernel:
     single = _single(act.expr, act.single.name)
     if act.pool is None:

@@ -9,6 +9,7 @@ import sympy as sp
 from symfield.symbolic.activation import Activation
 from symfield.symbolic.formula import X as x
 from symfield.symbolic.gaussian import homogeneous, q, q1, q2
+from symfield.symbolic.stored import stored
 
 MAPS = ("V", "C", "mean", "dpsi2", "dC", "dV")
 
@@ -62,10 +63,7 @@ class Kernel:
     @cached_property
     def parity(self) -> int:
         """2 if psi is even, 1 if odd (odd phi, single node or avg-pool), else 0."""
-        if sp.simplify(self.phi.subs(x, -x) - self.phi) == 0:
-            return 2
-        odd = sp.simplify(self.phi.subs(x, -x) + self.phi) == 0
-        return 1 if odd and (self.act.pool in (None, "avg") or self.act.k == 1) else 0
+        return _parity(self.phi, self.act.pool, self.act.k)
 
     @cached_property
     def psi0(self) -> float:
@@ -82,7 +80,7 @@ class Kernel:
         """V(0+) = 0: q = 0 solves the variance fixed-point equation at sigma_b2 = 0. The limit of a closed-form
         V; for an integral, psi(0) = 0 with phi continuous (no jump), so V(0+) = psi(0)^2 = 0."""
         if not self.V.has(sp.Integral):
-            return sp.limit(self.V, q, 0, "+") == 0
+            return limit_at_0(self.V) == 0
         return self.psi0 == 0.0 and not self.jumps
 
     @cached_property
@@ -98,3 +96,17 @@ class Kernel:
         for name in MAPS:
             lines.append(f"  {name:6s} [{self.methods[name]}]: {self[name]}")
         return "\n".join(lines)
+
+
+@stored
+def _parity(phi, pool, k) -> int:
+    if sp.simplify(phi.subs(x, -x) - phi) == 0:
+        return 2
+    odd = sp.simplify(phi.subs(x, -x) + phi) == 0
+    return 1 if odd and (pool in (None, "avg") or k == 1) else 0
+
+
+@stored
+def limit_at_0(expr) -> sp.Expr:
+    """lim expr as q -> 0+ (SymPy)."""
+    return sp.limit(expr, q, 0, "+")

@@ -21,6 +21,7 @@ from symfield.symbolic.activation import Activation
 from symfield.symbolic.formula import X as x
 from symfield.symbolic.gaussian import homogeneous
 from symfield.symbolic.kernel import Kernel, kernel
+from symfield.symbolic.stored import stored
 from symfield.core import caches
 
 LIMIT_SECONDS = 20.0       # budget for SymPy's two limits
@@ -31,17 +32,23 @@ _DONE: dict = caches.memo()
 def linear_growth(expr) -> tuple | None:
     """(a, b) with phi(x)/x -> b (x -> +inf) and a (x -> -inf), both finite and not both 0; else None
     (bounded, sub- or super-linear phi, or limits SymPy cannot decide within LIMIT_SECONDS)."""
-    def limits():
-        b = sp.limit(expr.subs(x, _t) / _t, _t, sp.oo)
-        a = sp.limit(expr.subs(x, -_t) / (-_t), _t, sp.oo)
-        return a, b
     try:
-        a, b = timelimit.bounded("the q -> inf limit", str(expr), limits, seconds=LIMIT_SECONDS)
+        a, b = _limits(expr)
     except SYMPY_GAVE_UP:
         return None
     if not all(v.is_real and v.is_finite for v in (a, b)) or (a == 0 and b == 0):
         return None
     return a, b
+
+
+@stored
+def _limits(expr):
+    """(phi(x)/x as x -> -inf, as x -> +inf), under LIMIT_SECONDS."""
+    def limits():
+        b = sp.limit(expr.subs(x, _t) / _t, _t, sp.oo)
+        a = sp.limit(expr.subs(x, -_t) / (-_t), _t, sp.oo)
+        return a, b
+    return timelimit.bounded("the q -> inf limit", str(expr), limits, seconds=LIMIT_SECONDS)
 
 
 def limit_kernel(K: Kernel) -> Kernel | None:

@@ -24,6 +24,7 @@ from symfield.numeric.vroot import vroot
 from symfield.symbolic.activation import Activation
 from symfield.symbolic.gaussian import q as Q
 from symfield.symbolic.kernel import kernel
+from symfield.symbolic.kernel_type import limit_at_0
 
 from symfield.theory import norm as nm
 from symfield.theory.qstar import Q_MAX, Q_MIN, q_slope, q_star_points
@@ -137,7 +138,7 @@ def _eoc_at_zero(K, dps):
     """(sigma_w2, q*) = (1/dpsi2(0+), 0): the EOC at sigma_b2 = 0 when psi(0) = 0."""
     import sympy as sp
     if not K.dpsi2.has(sp.Integral):   # exact limit of the closed form
-        d0 = sp.limit(K.dpsi2, Q, 0, "+")
+        d0 = limit_at_0(K.dpsi2)
         if not d0.is_positive:
             raise InvalidValue(f"{K.act.name} has E[psi'^2] -> 0 as q -> 0: no edge of chaos at sigma_b2 = 0.")
         if dps is None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from symfield.core.errors import InvalidValue
 import numpy as np
-from scipy import special
 
 from symfield.core import validate
 from symfield.numeric.orthant import phi_power_mean
@@ -71,6 +70,7 @@ def g0_pdf(g, gamma):
     """Density of G0 on [0, 1]: p(g) = gamma^(-1/2) exp[(1 - 1/gamma) erfinv(2g-1)^2]
     = gamma^(-1/2) exp[(1 - 1/gamma) t^2/2] with t = ndtri(g). At g in {0, 1} the limit:
     0 (gamma < 1), 1 (gamma = 1), inf (gamma > 1). gamma = 0 (point mass at 1/2) raises."""
+    from scipy import special
     g = validate.real("g0_pdf", "g", g, lo=0, hi=1)
     gamma = _gamma("g0_pdf", gamma)
     if np.any(gamma == 0):
@@ -85,6 +85,7 @@ def g0_pdf(g, gamma):
 
 def g0_cdf(g, gamma):
     """P(G0 <= g) = Phi(ndtri(g)/sqrt(gamma)); gamma = 0 gives the step 1[g >= 1/2]."""
+    from scipy import special
     g = validate.real("g0_cdf", "g", g, lo=0, hi=1)
     gamma = _gamma("g0_cdf", gamma)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -101,6 +102,7 @@ def _rng(func, seed):
 
 def g0_sample(gamma, size, seed=None):
     """size draws of G0 = Phi(sqrt(gamma) Z), from np.random.default_rng(seed)."""
+    from scipy import special
     gamma = float(_gamma("g0_sample", gamma))
     size = validate.integer("g0_sample", "size", size, lo=1)
     validate.memory("g0_sample", f"size = {size} draws x 2 arrays x 8 bytes", 16 * size)
@@ -138,6 +140,7 @@ def gc_sample(gamma, n_classes, size, seed=None, order=64):
     G_c = E_eps prod_{c' != c} Phi(eps + sqrt(gamma)(Z_c - Z_c')), eps ~ N(0,1),
     by Gauss-Hermite quadrature over eps (order 64: sum_c G_c = 1 to ~1e-10 for C <= 10; raise
     the order for many classes, e.g. C = 100 needs ~200)."""
+    from scipy import special
     gamma = float(_gamma("gc_sample", gamma))
     C = validate.integer("gc_sample", "n_classes", n_classes, lo=2)
     size = validate.integer("gc_sample", "size", size, lo=1)
@@ -164,6 +167,7 @@ _GH_E, _GH_WE = np.polynomial.hermite_e.hermegauss(120)
 def _loss_factors(s2, m2):
     """E[sigmoid(-|M| + s eps)^2] (favoured) and E[sigmoid(|M| + s eps)^2] (unfavoured), M ~ N(0, m2),
     eps ~ N(0, 1): |M| = sqrt(m2) z, z on [0, 12] by Gauss-Legendre (density 2 phi(z)), eps by Gauss-Hermite."""
+    from scipy import special
     z = 6 * (_GL_Z + 1)
     wz = 6 * _GL_WZ * 2 * np.exp(-z * z / 2) / np.sqrt(2 * np.pi)
     we = _GH_WE / np.sqrt(2 * np.pi)

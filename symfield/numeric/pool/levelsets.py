@@ -24,7 +24,6 @@ import mpmath
 import numpy as np
 from mpmath.libmp import to_fixed
 from mpmath.libmp.libelefun import exp_fixed, ln2_fixed
-from scipy.special import ndtr
 
 from symfield.numeric.quadrature import GUARD, QuadratureError, bvn_cdf, controlled
 from symfield.core import caches
@@ -128,6 +127,7 @@ def rows_rule(E, S=None):
 
 def _ndiff(a, b):
     """N(b) - N(a) for a <= b (elementwise), accurate in both tails (N(-a) - N(-b) when a > 0)."""
+    from scipy.special import ndtr
     sg = np.where(a > 0, -1.0, 1.0)
     with np.errstate(invalid="ignore"):
         return sg * (ndtr(sg * b) - ndtr(sg * a))
@@ -360,6 +360,7 @@ def _active(LO, HI):
 
 def _bvn_inf(x, y, c):
     """bvn_cdf with +inf arguments allowed."""
+    from scipy.special import ndtr
     out = np.empty(x.shape)
     xi, yi = np.isinf(x), np.isinf(y)
     both = xi & yi

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import ndtr
 
 from symfield.numeric.quadrature import bvn_cdf
 
@@ -71,6 +70,7 @@ class Rule:
     accurately (e.g. 2 sin^2(theta/2)); for E[(f(S) - f(T))^2] as c -> 1."""
 
     def __init__(self, c, k, qmax, sub=1, n=10, omc=None):
+        from scipy.special import ndtr
         c, qmax = float(c), max(float(qmax), 1e-300)
         omc = 1.0 - c if omc is None else float(omc)
         self.c, self.k, self.qmax = c, k, qmax
@@ -129,6 +129,7 @@ class Rule:
     def _degenerate(c, k, eps, sub, n):
         """c = 1: S = T = M_k (density k n N^(k-1)); c = -1: (S, T) = (B, -A), (A, B) = (min, max),
         density k(k-1) n(a) n(b) (N(b) - N(a))^(k-2) on a < b."""
+        from scipy.special import ndtr
         b, wb = _outer(eps, sub, n)
         if c > 0:
             return b, b.copy(), wb * _npdf(b) * k * ndtr(b) ** (k - 1)

@@ -2,10 +2,21 @@
 ``V_expr(q)``, ``C_expr(q1, q2, q12)`` and the distance forms ``D_eq(q, d)``, ``D_near(q1, q2, d)``,
 ``D_far(q1, q2, q12)`` that :mod:`symfield.numeric.codegen` prints above this code from the kernel's SymPy
 expressions (the generated code IS the formula). M is unused (closed forms have no data).
+
+The NTK's maps (docs/theory.md section 13) likewise: P(N, q) = E[psi'^2] and T = dC/dq12 call the printed ``P_expr``
+and ``T_expr``; dT(N, q, q12, d) = P - T at equal norms by the printed DT_MODE (N unused), and where dT has its
+cancellation-free form T is taken as P - dT (the printed dC has sqrt(q^2 - q12^2) in it, which loses digits as c -> 1).
+A module printed without the NTK has stand-ins that return NaN there (never called: ntk False).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from symfield.numeric.kernels.jit import OPTS, njit
+
+DT_MODE = 0        # stand-ins: printed by codegen (0 plain difference, 1 Price's theorem, 2 distance map of phi')
+DT_DIV = 2.0       # mode 2: dT = D[phi']/DT_DIV (2 k for an avg-pool of k)
+DT_SMALL = 1e-4    # mode 1: the quadrature form for d <= DT_SMALL max(q, 1)
 
 
 def V_expr(q):                 # stand-ins: printed by codegen into the generated module
@@ -25,6 +36,26 @@ def D_near(q1, q2, d):
 
 
 def D_far(q1, q2, q12):
+    raise NotImplementedError
+
+
+def P_expr(q):
+    raise NotImplementedError
+
+
+def T_expr(q1, q2, q12):
+    raise NotImplementedError
+
+
+def T2_expr(q1, q2, q12):
+    raise NotImplementedError
+
+
+def DT_eq(q, d):
+    raise NotImplementedError
+
+
+def DT_far(q1, q2, q12):
     raise NotImplementedError
 
 
@@ -52,3 +83,41 @@ def D(M, q1, q2, q12, d):
 @njit(inline="always", **OPTS)
 def in_domain(M, qa, qb, qab):
     return True
+
+
+_GL = np.polynomial.legendre.leggauss(8)
+GL_T = (_GL[0] + 1.0) / 2.0      # 8-point Gauss-Legendre on [0, 1]
+GL_W = _GL[1] / 2.0
+
+
+@njit(inline="always", **OPTS)
+def P(N, q):
+    return P_expr(q)
+
+
+@njit(inline="always", **OPTS)
+def T(N, q, q12, d, p, dt):
+    """dC/dq12 at (q, q, q12), given p = P(q) and dt = dT(q, q12, d): p - dt where dT is exact as c -> 1 (mode 1 for
+    d <= DT_SMALL max(q, 1), mode 2 for c >= 1/2), else the printed dC."""
+    if (DT_MODE == 1 and d <= DT_SMALL * max(q, 1.0)) or (DT_MODE == 2 and d <= q):
+        return p - dt
+    return T_expr(q, q, q12)
+
+
+@njit(inline="always", **OPTS)
+def dT(N, q, q12, d):
+    """E[psi'^2](q) - dC/dq12(q, q, q12), d = 2 (q - q12), by DT_MODE: 1 (dC free of kinks, T2 = d(dC)/dq12) for
+    d <= DT_SMALL max(q, 1) Price's theorem, (d/2) int_0^1 T2(q, q, q - t d/2) dt (8-point Gauss-Legendre); 2 the
+    distance map of phi' (D[phi'] = E[(phi'(u) - phi'(v))^2], in d where c >= 1/2) over DT_DIV; else (and mode 1
+    above DT_SMALL) the plain difference."""
+    if DT_MODE == 1:
+        if d <= DT_SMALL * max(q, 1.0):
+            s = 0.0
+            for i in range(8):
+                s += GL_W[i] * T2_expr(q, q, q - GL_T[i] * d / 2)
+            return d / 2 * s
+    elif DT_MODE == 2:
+        if d <= q:
+            return DT_eq(q, d) / DT_DIV
+        return DT_far(q, q, q12) / DT_DIV
+    return P_expr(q) - T_expr(q, q, q12)

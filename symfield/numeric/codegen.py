@@ -157,13 +157,12 @@ class NtkMaps:
     """The NTK's maps of a closed-form kernel, to print (:mod:`symfield.numeric.kernels.closed_maps`, docs/theory.md
     section 13): P = E[psi'^2](q), T = dC/dq12 (q1, q2, q12), and dT = P - T at equal norms by ``mode``: "plain"
     (the difference), "price" (T2 = d(dC)/dq12 for d <= small max(q, 1)), "derivative" (the distance map of
-    phi', ``dt_eq`` (q, d) and ``dt_far`` (q1, q2, q12), over ``div``)."""
+    phi' in d, ``dt_eq`` (q, d), over ``div``, for c >= 1/2)."""
     P: sp.Expr
     T: sp.Expr
     mode: str = "plain"
     T2: sp.Expr | None = None
     dt_eq: sp.Expr | None = None
-    dt_far: sp.Expr | None = None
     div: int = 2
     small: float = 1e-4
 
@@ -175,8 +174,7 @@ class NtkMaps:
         nan = sp.nan
         forms = [("P_expr", (Q,), self.P), ("T_expr", a3, self.T),
                  ("T2_expr", a3, self.T2 if self.mode == "price" else nan),
-                 ("DT_eq", (Q, DD), self.dt_eq if self.mode == "derivative" else nan),
-                 ("DT_far", a3, self.dt_far if self.mode == "derivative" else nan)]
+                 ("DT_eq", (Q, DD), self.dt_eq if self.mode == "derivative" else nan)]
         consts = f"DT_MODE = {self.MODES[self.mode]}\nDT_DIV = {float(self.div)!r}\nDT_SMALL = {float(self.small)!r}\n"
         return [consts] + [_printed(f, args, "math.nan" if e is nan else print_map(e, f"the NTK map {f} of {name}", args))
                            for f, args, e in forms]
@@ -187,7 +185,7 @@ def _ntk_stubs() -> list:
     a3 = (Q1, Q2, Q12)
     return ["DT_MODE = 0\nDT_DIV = 2.0\nDT_SMALL = 0.0001\n"] + [
         _printed(f, args, "math.nan") for f, args in
-        (("P_expr", (Q,)), ("T_expr", a3), ("T2_expr", a3), ("DT_eq", (Q, DD)), ("DT_far", a3))]
+        (("P_expr", (Q,)), ("T_expr", a3), ("T2_expr", a3), ("DT_eq", (Q, DD)))]
 
 
 def module_source(name: str, V: sp.Expr, C: sp.Expr, dist: Distance | None = None, ntk: NtkMaps | None = None) -> str:

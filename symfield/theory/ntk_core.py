@@ -115,6 +115,10 @@ def _derivative_kernel(K):
 
 
 _GL_T, _GL_W = np.polynomial.legendre.leggauss(8)
+_GL3_T, _GL3_W = np.polynomial.legendre.leggauss(3)
+TINY_D = 1e-8   # 3 Gauss-Legendre points do for d <= TINY_D max(q, 1): the rule's error is ~(d/q)^6 of dTdot
+PRICE_NOTE = ("dTdot by Price's theorem, (d/2) int d(dC)/dq12 (8-point Gauss-Legendre, 3 points below d = 1e-8) "
+              "for d <= 1e-4, plain above")
 
 
 def _price_form(K):
@@ -125,11 +129,18 @@ def _price_form(K):
 
 
 def _dtdot_small(K, M, dC2, qv, cv, dv):
-    """dTdot = dC(q, q, q) - dC(q, q, q - d/2) = (d/2) int_0^1 dC2(q, q, q - t d/2) dt by 8-point Gauss-Legendre
-    (dC2 is analytic near c = 1 for a kink-free psi; no difference of nearly equal numbers)."""
+    """dTdot = dC(q, q, q) - dC(q, q, q - d/2) = (d/2) int_0^1 dC2(q, q, q - t d/2) dt by 8-point Gauss-Legendre,
+    3 points for d <= TINY_D max(q, 1) (dC2 is analytic near c = 1 for a kink-free psi; no difference of nearly
+    equal numbers). The compiled recursion's closed_maps.ntk_maps uses the same rule."""
     total = np.zeros(qv.shape)
-    for t, w in zip((_GL_T + 1) / 2, _GL_W / 2):
-        total += w * M.expect(dC2, (Q1, Q2, Q12), (qv, qv, qv - t * dv / 2))
+    tiny = dv <= TINY_D * np.maximum(qv, 1.0)
+    for sel, T, W in ((~tiny, _GL_T, _GL_W), (tiny, _GL3_T, _GL3_W)):
+        if sel.any():
+            a, dd = qv[sel], dv[sel]
+            part = np.zeros(a.shape)
+            for t, w in zip((T + 1) / 2, W / 2):
+                part += w * M.expect(dC2, (Q1, Q2, Q12), (a, a, a - t * dd / 2))
+            total[sel] = part
     return dv / 2 * total
 
 
@@ -154,7 +165,7 @@ def terms_f64(K, q, qab, d, vd=None):
             dtd[small] = _dtdot_small(K, M, dC2, qv[small], cv[small], dv[small])
             td_ab[small] = out[2][ok][small] - dtd[small]
         out[3][ok], out[4][ok] = td_ab, dtd
-        return out, "dTdot by Price's theorem, (d/2) int d(dC)/dq12 (8-point Gauss-Legendre) for d <= 1e-4, plain above", True
+        return out, PRICE_NOTE, True
     Kd = _derivative_kernel(K)
     if Kd is None:
         out[4][ok] = dtd
@@ -190,7 +201,7 @@ def compiled_maps(K) -> NtkMaps | None:
         elif Kd.closed_form and distance(Kd).stable:
             dist = distance(Kd)
             k = 1 if K.act.pool is None else K.act.k
-            forms = NtkMaps(K.dpsi2, K.dC, "derivative", dt_eq=dist.near_eq, dt_far=dist.far, div=2 * k)
+            forms = NtkMaps(K.dpsi2, K.dC, "derivative", dt_eq=dist.near_eq, div=2 * k)
         else:
             return None
     try:
@@ -203,9 +214,9 @@ def compiled_maps(K) -> NtkMaps | None:
 def compiled_note(forms: NtkMaps) -> tuple:
     """(how dTdot is evaluated, whether it keeps its relative accuracy as c -> 1) for the compiled maps ``forms``."""
     if forms.mode == "price":
-        return "dTdot by Price's theorem, (d/2) int d(dC)/dq12 (8-point Gauss-Legendre) for d <= 1e-4, plain above", True
+        return PRICE_NOTE, True
     if forms.mode == "derivative":
-        return f"dTdot = D[phi']/{forms.div} (closed form in d)", True
+        return f"dTdot = D[phi']/{forms.div} (closed form in d) for c >= 1/2, plain difference below", True
     return "dTdot = dpsi2 - dC (plain difference: loses digits as c -> 1)", False
 
 

@@ -14,7 +14,7 @@
     LayerNorm after phi (norm 2):   q' = sigma_w2 + sigma_b2, q12' = sigma_w2 c_hat + sigma_b2, d' = 2 sigma_w2 (1 - c_hat)
 
 (docs/theory.md sections 1, 2, 7, 8, 12 and 13). The maps V(M, q), C(M, q1, q2, q12), D(M, q1, q2, q12, d),
-in_domain(M, qa, qb, qab) and the NTK's P(N, q), T(N, q, q12, d, p, dt), dT(N, q, q12, d) are globals of whatever
+in_domain(M, qa, qb, qab) and the NTK's ntk_maps(N, q, q12, d) = (P, T, dT) are globals of whatever
 runs this code: the generated module (closed forms, or the table maps of :mod:`.table_maps`, with M their
 data), or :func:`symfield.numeric.codegen.step_functions` (NumPy quadrature, mpmath). The stand-ins below
 only name them for readers and linters.
@@ -45,15 +45,7 @@ def in_domain(M, qa, qb, qab):   # stand-in
     raise NotImplementedError
 
 
-def P(N, q):               # stand-in: E[psi'^2](q)
-    raise NotImplementedError
-
-
-def T(N, q, q12, d, p, dt):   # stand-in: dC/dq12 = E[psi'(u) psi'(v)] at (q, q, q12), given p = P(q), dt = dT
-    raise NotImplementedError
-
-
-def dT(N, q, q12, d):      # stand-in: P(q) - T(q, q, q12), d = 2 (q - q12)
+def ntk_maps(N, q, q12, d):   # stand-in: (P, T, dT) = (E[psi'^2](q), dC/dq12 (q, q, q12), P - T), d = 2 (q - q12)
     raise NotImplementedError
 
 
@@ -111,10 +103,9 @@ def ntk_step(qa, qab, dd, taa, tab, dth, fa, fab, fd, sw, alpha2, residual, N):
     sigma_w2 D)."""
     g = alpha2 if residual else 1.0
     s = 1.0 if residual else 0.0
-    p = P(N, qa)
-    dt = dT(N, qa, qab, dd)
+    p, t, dt = ntk_maps(N, qa, qab, dd)
     a_aa = s + g * sw * p
-    a_ab = s + g * sw * T(N, qa, qab, dd, p, dt)
+    a_ab = s + g * sw * t
     return a_aa * taa + g * fa, a_ab * tab + g * fab, a_aa * dth + g * (fd + 2.0 * sw * dt * tab)
 
 
@@ -125,7 +116,7 @@ def theta_status(taa, tab, dth):
     digit), else OK."""
     if not (math.isfinite(taa) and math.isfinite(tab) and math.isfinite(dth)):
         return OVERFLOW
-    if not (dth >= TINY and math.isfinite(tab / (0.5 * dth))):
+    if not (dth >= TINY and abs(tab) <= 0.5 * dth * 1.7976931348623157e308):   # 2 Theta_ab/d_Theta finite
         return UNDERFLOW
     return OK
 

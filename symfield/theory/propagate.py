@@ -295,15 +295,15 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
     if dps is not None or (opts is not None and alpha is not None):
         return _layerwise(K, opts, swf, sbf, shape, qa0, qb0, qab, d0, depth, store, alpha, dps)
     forms = compiled_maps(K) if ntk else None
-    every = np.arange(1, depth + 1, dtype=np.int64)
     args = (swf, sbf, qa0, qb0, qab, d0, depth)
     M = maps(K, method=method)
-    ran = M.run_grid(*args, every if ntk and forms is None else store, alpha2, alpha is not None, general, norm=opts,
-                     ntk=forms)
+    every = (lambda: np.arange(1, depth + 1, dtype=np.int64))   # the NumPy NTK's rows: every layer
+    ran = M.run_grid(*args, every() if ntk and forms is None else store, alpha2, alpha is not None, general,
+                     norm=opts, ntk=forms)
     if ran is None:                      # the engine has no compiled path for this normalisation
         return _layerwise(K, opts, swf, sbf, shape, qa0, qb0, qab, d0, depth, store, alpha, dps)
     if forms is not None and not ran[0][4].size:   # the closed form ran off the generated code: NTK in NumPy
-        ran = M.run_grid(*args, every, alpha2, alpha is not None, general)
+        ran = M.run_grid(*args, every(), alpha2, alpha is not None, general)
     return _grid_result(K, ran, swf, sbf, shape, store, general, ntk, dict(
         act=K.act.name, depth=depth, q0=qa0, qab0=qab, qbb0=qb0, d0=d0, residual=alpha, norm=None, norm_at=None,
         batch=None))

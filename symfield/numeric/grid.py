@@ -30,32 +30,41 @@ CHUNK_SECONDS = 0.2
 CHUNK_WORK = 2e4
 
 
-def outputs(nstore, n, general, depth, alloc=np.empty):
-    """Output rows (qa, qb, qab, d), status and last finite layer; the compiled kernel writes every entry."""
+def outputs(nstore, n, general, depth, alloc=np.empty, ntk=False):
+    """Output rows (qa, qb, qab, d, theta), status and last finite layer; the compiled kernel writes every entry.
+    theta (3, nstore, n) holds the NTK's (Theta_aa, Theta_ab, d_Theta) with ``ntk``, else it is empty."""
     qb = alloc((nstore, n)) if general else np.empty((0, 0))
-    out = (alloc((nstore, n)), qb, alloc((nstore, n)), alloc((nstore, n)))
+    th = alloc((3, nstore, n)) if ntk else np.empty((0, 0, 0))
+    out = (alloc((nstore, n)), qb, alloc((nstore, n)), alloc((nstore, n)), th)
     return out, np.zeros(n, dtype=np.int8), np.full(n, depth, dtype=np.int64)
 
 
 NO_AUX = np.zeros((0, 4))
 
 
-def run_compiled(module, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general, norm=0, aux=NO_AUX):
+def _state(n, ntk=False):
+    """The continuation state (qa, qb, qab, d, theta (n, 3) or empty) of n points."""
+    return [np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros((n if ntk else 0, 3))]
+
+
+def run_compiled(module, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general, norm=0, aux=NO_AUX,
+                 ntk=False):
     """One pass of a generated module's kernel from layer 1 at every point (closed forms never leave the domain).
-    ``norm``, ``aux``: the LayerNorm step of :func:`symfield.numeric.kernels.recursion.recurse` (0: none)."""
+    ``norm``, ``aux``: the LayerNorm step of :func:`symfield.numeric.kernels.recursion.recurse` (0: none);
+    ``ntk``: the NTK goes along (a module printed with its maps, equal norms, no norm), rows in out[4]."""
     n = sw.size
-    out, status, last = outputs(store.size, n, general, depth)
-    start, st = np.ones(n, dtype=np.int64), [np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)]
+    out, status, last = outputs(store.size, n, general, depth, ntk=ntk)
+    start, st = np.ones(n, dtype=np.int64), _state(n, ntk)
     _recurse(module.recurse, (sw, sb, float(qa0), float(qb0), float(qab0), float(d0)), int(depth), store,
-             (float(alpha2), bool(residual), bool(general), codegen.no_data(), int(norm), aux), start, st, out, status,
-             last)
+             (float(alpha2), bool(residual), bool(general), codegen.no_data(), int(norm), aux, codegen.no_data(),
+              bool(ntk)), start, st, out, status, last)
     return out, status, last
 
 
 def _recurse(recurse, inputs, depth, store, opts, start, st, out, status, last):
     """``recurse`` over layers min(start[start > 0])..depth in chunks of layers.
 
-    ``inputs`` = (sw, sb, qa0, qb0, qab0, d0), ``opts`` = (alpha2, residual, general, M, norm, aux). start, st, out,
+    ``inputs`` = (sw, sb, qa0, qb0, qab0, d0), ``opts`` = (alpha2, residual, general, M, norm, aux, N, ntk). start, st, out,
     status and last end as after one call with stop = depth (bit-identical: the state between chunks is
     the kernel's own continuation, start/st_* of status PAUSED). Every chunk advances at least one layer."""
     run = start > 0
@@ -102,7 +111,7 @@ def run_table(maps, T, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residua
     n = sw.size
     out, status, last = outputs(store.size, n, general, depth)
     start = np.ones(n, dtype=np.int64)
-    st = [np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)]
+    st = _state(n)
     mod = codegen.table_module()
     q1 = sw * qa0 + sb           # first guess: the first layer's q (homogeneous: its one theta-table)
     T.extend_to(*((float(q1.min()), float(q1.max())) if cover is None else cover))
@@ -112,7 +121,7 @@ def run_table(maps, T, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residua
         M = T.arrays()
         s = np.where(run, start, 0)
         _recurse(mod.recurse, (sw, sb, float(qa0), float(qb0), float(qab0), float(d0)), int(depth), store,
-                 (float(alpha2), bool(residual), bool(general), M, int(norm), aux), s, st, out, status, last)
+                 (float(alpha2), bool(residual), bool(general), M, int(norm), aux, M, False), s, st, out, status, last)
         start[run] = s[run]
         need = np.flatnonzero(run & (status == LEFT_TABLE))
         run[:] = False
@@ -128,7 +137,7 @@ def run_table(maps, T, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residua
     if n_quad:
         idx = np.flatnonzero(quad)
         run_numpy(maps, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general,
-                  idx=idx, start=start[idx], state=[v[idx] for v in st], out=(out, status, last))
+                  idx=idx, start=start[idx], state=[v[idx] for v in st[:4]], out=(out, status, last))
     return out, status, last, n_quad
 
 

@@ -352,14 +352,16 @@ class Maps:
         m, var = m[inv].reshape(2, -1), var[inv].reshape(2, -1)
         return np.ascontiguousarray(np.stack([m[0], var[0], m[1], var[1]], axis=1))
 
-    def run_grid(self, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general, norm=None):
+    def run_grid(self, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, general, norm=None, ntk=None):
         """The layer recursion at every grid point on the best path: generated code for closed forms, else the
         table (grown by the ski rental), else NumPy quadrature. (out, status, last, method, error, info).
 
         ``norm`` (a :class:`symfield.theory.norm.Norm` or None): LayerNorm runs in the same compiled recursion
         (closed forms or a table; :meth:`norm_code`); None is returned where the normalised recursion has no
         compiled path here (BatchNorm, LayerNorm after phi with unequal norms, maps on quadrature): the
-        caller runs it layer by layer (:func:`symfield.theory.norm.recursion`, method "numpy-norm")."""
+        caller runs it layer by layer (:func:`symfield.theory.norm.recursion`, method "numpy-norm").
+        ``ntk`` (:class:`symfield.numeric.codegen.NtkMaps`, closed forms): the NTK goes along in the generated
+        code, its rows in out[4]; on the other paths out[4] is empty (the caller evaluates the NTK itself)."""
         code = self.norm_code(norm, general)
         if code is None:
             return None
@@ -369,11 +371,11 @@ class Maps:
         K, info = self.K, {}
         if K.closed_form:
             try:
-                module = codegen.load(K)
+                module = codegen.load(K, ntk)
             except NotPrintable:
                 module = None  # closed form outside the printer's table: quadrature path below
             if module is not None:
-                out, status, last = grid.run_compiled(module, *args, norm=code, aux=aux)
+                out, status, last = grid.run_compiled(module, *args, norm=code, aux=aux, ntk=ntk is not None)
                 return out, status, last, "numba-generated", {}, dict(label, distance=self._distance_note())
         T = self.table
         work = sw.size * max(depth - 1, 0)

@@ -2,6 +2,8 @@
 
     terms_f64 / terms_mp:  V, D, Tdot_aa, Tdot_ab, dTdot of every layer's NNGP kernel (the maps engine)
     theta_f64 / theta_mp:  Theta_aa, Theta_ab, d_Theta per layer (and the layer shares), given those terms
+    compiled_maps:         the same maps of a closed-form kernel as SymPy expressions for the compiled grid
+                           recursion (propagate(..., ntk=True); symfield.numeric.kernels.closed_maps)
 
 Layer l -> l+1: Theta' = A Theta + B with A = [1 if residual] + g sigma_w2 Tdot, B = g (cw T + cb), g = alpha^2 or 1,
 (cw, cb) = (sigma_w2, sigma_b2) in the NTK parameterisation, (n, 1) in the standard one; the NTK distance
@@ -10,16 +12,19 @@ d_Theta' = A_aa d_Theta + g (cw D + 2 sigma_w2 dTdot Theta_ab).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import mpmath
 import numpy as np
 import sympy as sp
 
-from symfield.core.errors import InvalidValue, SYMPY_GAVE_UP, Unsupported
+from symfield.core.errors import InvalidValue, NotPrintable, SYMPY_GAVE_UP, Unsupported
+from symfield.numeric.codegen import NtkMaps
 from symfield.numeric.distance import SERIES_D, rule as distance_rule
 from symfield.numeric.evaluate import GUARD_DIGITS, to_mpf
 from symfield.numeric.maps import maps
 from symfield.symbolic.activation import Activation
+from symfield.symbolic.distance import distance
 from symfield.symbolic.formula import X
 from symfield.symbolic.gaussian import q1 as Q1, q2 as Q2, q12 as Q12
 from symfield.symbolic.kernel import kernel
@@ -110,6 +115,10 @@ def _derivative_kernel(K):
 
 
 _GL_T, _GL_W = np.polynomial.legendre.leggauss(8)
+_GL3_T, _GL3_W = np.polynomial.legendre.leggauss(3)
+TINY_D = 1e-8   # 3 Gauss-Legendre points do for d <= TINY_D max(q, 1): the rule's error is ~(d/q)^6 of dTdot
+PRICE_NOTE = ("dTdot by Price's theorem, (d/2) int d(dC)/dq12 (8-point Gauss-Legendre, 3 points below d = 1e-8) "
+              "for d <= 1e-4, plain above")
 
 
 def _price_form(K):
@@ -120,11 +129,18 @@ def _price_form(K):
 
 
 def _dtdot_small(K, M, dC2, qv, cv, dv):
-    """dTdot = dC(q, q, q) - dC(q, q, q - d/2) = (d/2) int_0^1 dC2(q, q, q - t d/2) dt by 8-point Gauss-Legendre
-    (dC2 is analytic near c = 1 for a kink-free psi; no difference of nearly equal numbers)."""
+    """dTdot = dC(q, q, q) - dC(q, q, q - d/2) = (d/2) int_0^1 dC2(q, q, q - t d/2) dt by 8-point Gauss-Legendre,
+    3 points for d <= TINY_D max(q, 1) (dC2 is analytic near c = 1 for a kink-free psi; no difference of nearly
+    equal numbers). The compiled recursion's closed_maps.ntk_maps uses the same rule."""
     total = np.zeros(qv.shape)
-    for t, w in zip((_GL_T + 1) / 2, _GL_W / 2):
-        total += w * M.expect(dC2, (Q1, Q2, Q12), (qv, qv, qv - t * dv / 2))
+    tiny = dv <= TINY_D * np.maximum(qv, 1.0)
+    for sel, T, W in ((~tiny, _GL_T, _GL_W), (tiny, _GL3_T, _GL3_W)):
+        if sel.any():
+            a, dd = qv[sel], dv[sel]
+            part = np.zeros(a.shape)
+            for t, w in zip((T + 1) / 2, W / 2):
+                part += w * M.expect(dC2, (Q1, Q2, Q12), (a, a, a - t * dd / 2))
+            total[sel] = part
     return dv / 2 * total
 
 
@@ -143,11 +159,13 @@ def terms_f64(K, q, qab, d, vd=None):
     dtd = out[2][ok] - out[3][ok]
     small = dv <= SERIES_D * np.maximum(qv, 1.0)
     dC2 = _price_form(K)
-    if dC2 is not None:
+    td_ab = out[3][ok]      # where dTdot has its cancellation-free form, Tdot_ab = E[psi'^2] - dTdot: dC's
+    if dC2 is not None:     # sqrt(q^2 - q12^2) loses digits as c -> 1
         if small.any():
             dtd[small] = _dtdot_small(K, M, dC2, qv[small], cv[small], dv[small])
-        out[4][ok] = dtd
-        return out, "dTdot by Price's theorem, (d/2) int d(dC)/dq12 (8-point Gauss-Legendre) for d <= 1e-4, plain above", True
+            td_ab[small] = out[2][ok][small] - dtd[small]
+        out[3][ok], out[4][ok] = td_ab, dtd
+        return out, PRICE_NOTE, True
     Kd = _derivative_kernel(K)
     if Kd is None:
         out[4][ok] = dtd
@@ -157,9 +175,49 @@ def terms_f64(K, q, qab, d, vd=None):
     use = np.ones(qv.shape, bool) if Kd.closed_form and r.exact else small
     if use.any():
         dtd[use] = maps(Kd).D(qv[use], qv[use], cv[use], dv[use]) / (2 * k)
-    out[4][ok] = dtd
+        near = use & (dv <= qv)
+        td_ab[near] = out[2][ok][near] - dtd[near]
+    out[3][ok], out[4][ok] = td_ab, dtd
     how = f"dTdot = D[phi']/2{'' if k == 1 else f'/{k}'} ({r.method})" + ("" if use.all() else ", plain above d = 1e-4")
     return out, how, r.exact
+
+
+@lru_cache(maxsize=64)
+def compiled_maps(K) -> NtkMaps | None:
+    """The NTK's maps of a closed-form kernel K for the compiled grid recursion, by the rules of :func:`terms_f64`:
+    Tdot_aa = E[psi'^2], Tdot_ab = dC, and dTdot by Price's theorem (dC free of kinks), by the distance map of
+    phi' (when that map has a checked closed form in d), or as the plain difference (no derivative kernel). None
+    where the rule of terms_f64 has no printed form (no closed form, phi' without a closed-form distance map, a
+    function outside the printer's table): propagate then runs terms_f64."""
+    if not K.closed_form or K.dpsi2.has(sp.Integral) or K.dC.has(sp.Integral):
+        return None
+    dC2 = _price_form(K)
+    if dC2 is not None:
+        forms = NtkMaps(K.dpsi2, K.dC, "price", T2=dC2, small=SERIES_D)
+    else:
+        Kd = _derivative_kernel(K)
+        if Kd is None:
+            forms = NtkMaps(K.dpsi2, K.dC, "plain")
+        elif Kd.closed_form and distance(Kd).stable:
+            dist = distance(Kd)
+            k = 1 if K.act.pool is None else K.act.k
+            forms = NtkMaps(K.dpsi2, K.dC, "derivative", dt_eq=dist.near_eq, div=2 * k)
+        else:
+            return None
+    try:
+        forms.printed(K.act.name)
+    except NotPrintable:
+        return None
+    return forms
+
+
+def compiled_note(forms: NtkMaps) -> tuple:
+    """(how dTdot is evaluated, whether it keeps its relative accuracy as c -> 1) for the compiled maps ``forms``."""
+    if forms.mode == "price":
+        return PRICE_NOTE, True
+    if forms.mode == "derivative":
+        return f"dTdot = D[phi']/{forms.div} (closed form in d) for c >= 1/2, plain difference below", True
+    return "dTdot = dpsi2 - dC (plain difference: loses digits as c -> 1)", False
 
 
 def terms_mp(K, q, qab, d, dps):

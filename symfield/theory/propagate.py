@@ -30,7 +30,7 @@ from symfield.symbolic.activation import Activation
 from symfield.numeric.evaluate import GUARD_DIGITS, to_mpf
 from symfield.symbolic.kernel import kernel
 from symfield.theory import norm as nm
-from symfield.theory.ntk_core import Coefficients, terms_f64, theta_f64
+from symfield.theory.ntk_core import Coefficients, compiled_maps, compiled_note, terms_f64, theta_f64
 
 _F = "propagate"
 METHODS = ("auto", "table", "quadrature")
@@ -264,6 +264,9 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
     ntk : bool
         Also the neural tangent kernel (NTK parameterisation; equal norms): ``.theta_aa``, ``.theta_ab``,
         ``.d_theta`` and ``.gamma_theta`` per stored layer (docs/theory.md section 13; as :func:`symfield.ntk`).
+        Closed forms carry it in the compiled recursion; other kernels evaluate its maps in NumPy over every
+        layer (``method`` ends in "+numpy-ntk"); ``params["ntk"]`` names the rule of dTdot. A non-finite Theta
+        is status 1, an underflowed d_Theta status 3.
 
     Returns
     -------
@@ -291,11 +294,16 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
     _ntk_allowed(ntk, opts, dps, general, qbb0)
     if dps is not None or (opts is not None and alpha is not None):
         return _layerwise(K, opts, swf, sbf, shape, qa0, qb0, qab, d0, depth, store, alpha, dps)
-    run_store = np.arange(1, depth + 1, dtype=np.int64) if ntk else store
-    ran = maps(K, method=method).run_grid(swf, sbf, qa0, qb0, qab, d0, depth, run_store, alpha2, alpha is not None,
-                                         general, norm=opts)
+    forms = compiled_maps(K) if ntk else None
+    args = (swf, sbf, qa0, qb0, qab, d0, depth)
+    M = maps(K, method=method)
+    every = (lambda: np.arange(1, depth + 1, dtype=np.int64))   # the NumPy NTK's rows: every layer
+    ran = M.run_grid(*args, every() if ntk and forms is None else store, alpha2, alpha is not None, general,
+                     norm=opts, ntk=forms)
     if ran is None:                      # the engine has no compiled path for this normalisation
         return _layerwise(K, opts, swf, sbf, shape, qa0, qb0, qab, d0, depth, store, alpha, dps)
+    if forms is not None and not ran[0][4].size:   # the closed form ran off the generated code: NTK in NumPy
+        ran = M.run_grid(*args, every(), alpha2, alpha is not None, general)
     return _grid_result(K, ran, swf, sbf, shape, store, general, ntk, dict(
         act=K.act.name, depth=depth, q0=qa0, qab0=qab, qbb0=qb0, d0=d0, residual=alpha, norm=None, norm_at=None,
         batch=None))
@@ -307,10 +315,16 @@ def _grid_result(K, ran, swf, sbf, shape, store, general, ntk, params):
     out, status, last, how, error, info = ran
     qa0, qab, d0, alpha = params["q0"], params["qab0"], params["d0"], params["residual"]
     rows = (store.size,) + tuple(shape)
-    thetas = _ntk_rows(K, out, swf, sbf, qa0, qab, d0, alpha, store) if ntk else (None, None, None)
-    if ntk:
+    thetas = (None, None, None)
+    if ntk and out[4].size:          # the compiled recursion carried the NTK (closed forms)
+        thetas = tuple(out[4])
+        note, exact = compiled_note(compiled_maps(K))
+        info = dict(info, ntk=f"compiled with the recursion; {note}", ntk_exact=exact)
+    elif ntk:                        # every layer's NNGP rows: the NTK's maps from the engine in NumPy
+        thetas, note, exact = _ntk_rows(K, out, swf, sbf, qa0, qab, d0, alpha, store)
         out = tuple(v[store - 1] if np.size(v) else v for v in out)
-    out_qa, out_qb, out_qab, out_d = out
+        how, info = how + "+numpy-ntk", dict(info, ntk=f"NumPy (terms_f64); {note}", ntk_exact=exact)
+    out_qa, out_qb, out_qab, out_d = out[:4]
     return Propagation(
         q=out_qa.reshape(rows), qab=out_qab.reshape(rows),
         qbb=out_qb.reshape(rows) if general else None,
@@ -321,15 +335,17 @@ def _grid_result(K, ran, swf, sbf, shape, store, general, ntk, params):
 
 
 def _ntk_rows(K, out, sw, sb, qa0, qab0, d0, alpha, store):
-    """Theta_aa, Theta_ab, d_Theta at the stored layers from the NNGP rows of every layer (arrays (depth, P))."""
-    q, _, qab, d = (np.asarray(v, dtype=float) for v in out)
+    """Theta_aa, Theta_ab, d_Theta at the stored layers from the NNGP rows of every layer (arrays (depth, P)), how
+    dTdot was evaluated and whether it is exact as c -> 1: the documented path of kernels without compiled
+    NTK maps (tables, quadrature; :func:`symfield.theory.ntk_core.compiled_maps`)."""
+    q, _, qab, d = (np.asarray(v, dtype=float) for v in out[:4])
     vd = None
     if alpha is None:   # layer l+1's q = sigma_w2 V(q_l) + sigma_b2 and d = sigma_w2 D: the recursion has evaluated them
         V, D = np.full(q.shape, np.nan), np.full(q.shape, np.nan)
         V[:-1], D[:-1] = (q[1:] - sb) / sw, d[1:] / sw
         vd = (V.ravel(), D.ravel())
-    terms, _, _ = terms_f64(K, q.ravel(), qab.ravel(), d.ravel(), vd)
+    terms, note, exact = terms_f64(K, q.ravel(), qab.ravel(), d.ravel(), vd)
     terms = [t.reshape(q.shape) for t in terms]
     first = (sw * qa0 + sb, sw * qab0 + sb, sw * d0)
     taa, tab, dth, _ = theta_f64(first, terms, Coefficients(sw, sw, sb, alpha))
-    return taa[store - 1], tab[store - 1], dth[store - 1]
+    return (taa[store - 1], tab[store - 1], dth[store - 1]), note, exact

@@ -89,9 +89,9 @@ def test_compiled_and_python_grid_kernels_agree():
     for recurse in (codegen.table_module().recurse,
                     grid.python_recursion(table_maps.V, table_maps.C, table_maps.D, table_maps.in_domain)):
         out, status, last = grid.outputs(store.size, sw.size, False, depth)
-        start, st = np.ones(sw.size, dtype=np.int64), [np.zeros(sw.size) for _ in range(4)]
-        recurse(sw, sb, 1.0, 1.0, 0.0, 2.0, depth, depth, store, 0.0, False, False, T.arrays(), 0, grid.NO_AUX, start, *st,
-                out[0], out[1], out[2], out[3], status, last)
+        start, st = np.ones(sw.size, dtype=np.int64), grid._state(sw.size)
+        recurse(sw, sb, 1.0, 1.0, 0.0, 2.0, depth, depth, store, 0.0, False, False, T.arrays(), 0, grid.NO_AUX,
+                T.arrays(), False, start, *st, *out, status, last)
         runs.append((out, status, last))
     (oa, sa, la), (ob, sb_, lb) = runs
     np.testing.assert_array_equal(sa, sb_)

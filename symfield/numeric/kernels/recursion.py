@@ -4,13 +4,20 @@
     layer l >= 2:      q' = sigma_w2 V(q) + sigma_b2,  q12' = sigma_w2 C + sigma_b2,  d' = sigma_w2 D
     residual alpha:    q' = q + alpha^2 (sigma_w2 V(q) + sigma_b2)   (likewise q12 and d)
 
+    NTK (ntk True, equal norms; docs/theory.md section 13), with g = alpha^2 and s = 1 under residual, else 1 and 0:
+        Theta^(1) = K^(1);  Theta_aa' = (s + g sigma_w2 P(q)) Theta_aa + g (sigma_w2 V + sigma_b2)
+        Theta_ab' = (s + g sigma_w2 T(q, q12)) Theta_ab + g (sigma_w2 C + sigma_b2)
+        d_Theta'  = (s + g sigma_w2 P(q)) d_Theta + g sigma_w2 (D + 2 dT(q, q12, d) Theta_ab)
+    with P = E[psi'^2], T = E[psi'(u) psi'(v)] = dC/dq12 and dT = P - T evaluated without cancellation as c -> 1.
+
     LayerNorm before phi (norm 1):  the state enters the step as (1, 1, c, 2 (1 - c))
     LayerNorm after phi (norm 2):   q' = sigma_w2 + sigma_b2, q12' = sigma_w2 c_hat + sigma_b2, d' = 2 sigma_w2 (1 - c_hat)
 
-(docs/theory.md sections 1, 2, 7, 8 and 12). The maps V(M, q), C(M, q1, q2, q12), D(M, q1, q2, q12, d) and
-in_domain(M, qa, qb, qab) are globals of whatever runs this code: the generated module (closed forms, or
-the table maps of :mod:`.table_maps`, with M their data), or :func:`symfield.numeric.codegen.step_functions`
-(NumPy quadrature, mpmath). The stand-ins below only name them for readers and linters.
+(docs/theory.md sections 1, 2, 7, 8, 12 and 13). The maps V(M, q), C(M, q1, q2, q12), D(M, q1, q2, q12, d),
+in_domain(M, qa, qb, qab) and the NTK's ntk_maps(N, q, q12, d) = (P, T, dT) are globals of whatever
+runs this code: the generated module (closed forms, or the table maps of :mod:`.table_maps`, with M their
+data), or :func:`symfield.numeric.codegen.step_functions` (NumPy quadrature, mpmath). The stand-ins below
+only name them for readers and linters.
 """
 from __future__ import annotations
 
@@ -38,6 +45,10 @@ def in_domain(M, qa, qb, qab):   # stand-in
     raise NotImplementedError
 
 
+def ntk_maps(N, q, q12, d):   # stand-in: (P, T, dT) = (E[psi'^2](q), dC/dq12 (q, q, q12), P - T), d = 2 (q - q12)
+    raise NotImplementedError
+
+
 # ---- compiled ----
 BLOCK_POINTS = 16   # grid points advanced together, layer by layer
 
@@ -55,10 +66,11 @@ def first_layer(qa0, qb0, qab0, d0, sw, sb):
 
 
 @njit(inline="always", **OPTS)
-def layer_step(qa, qb, qab, dd, sw, sb, alpha2, residual, general, M):
-    """Layer l >= 2. One 2-D map per layer: for c >= 1/2 the distance map D and C = (V(qa) + V(qb) - D)/2,
-    else the covariance map C and D = V(qa) + V(qb) - 2C -- each derived one without cancellation where it
-    is used. With general False the inputs have equal norm (qb = qa): V(qb), C's and D's q2 reuse qa."""
+def layer_maps(qa, qb, qab, dd, sw, sb, general, M):
+    """Layer l >= 2 without the residual: (sigma_w2 V(qa) + sigma_b2, .. V(qb) .., sigma_w2 C + sigma_b2, sigma_w2 D).
+    One 2-D map per layer: for c >= 1/2 the distance map D and C = (V(qa) + V(qb) - D)/2, else the covariance
+    map C and D = V(qa) + V(qb) - 2C -- each derived one without cancellation where it is used. With general
+    False the inputs have equal norm (qb = qa): V(qb), C's and D's q2 reuse qa."""
     va = V(M, qa)
     if general:
         q2 = qb
@@ -72,13 +84,41 @@ def layer_step(qa, qb, qab, dd, sw, sb, alpha2, residual, general, M):
     else:
         cv = C(M, qa, q2, qab)
         dv = va + vb - 2.0 * cv
-    fa = sw * va + sb
-    fb = sw * vb + sb
-    fab = sw * cv + sb
-    fd = sw * dv
+    return sw * va + sb, sw * vb + sb, sw * cv + sb, sw * dv
+
+
+@njit(inline="always", **OPTS)
+def layer_step(qa, qb, qab, dd, sw, sb, alpha2, residual, general, M):
+    """Layer l >= 2 (:func:`layer_maps`; residual: q + alpha^2 times the map, likewise q12 and d)."""
+    fa, fb, fab, fd = layer_maps(qa, qb, qab, dd, sw, sb, general, M)
     if residual:
         return qa + alpha2 * fa, qb + alpha2 * fb, qab + alpha2 * fab, dd + alpha2 * fd
     return fa, fb, fab, fd
+
+
+@njit(inline="always", **OPTS)
+def ntk_step(qa, qab, dd, taa, tab, dth, fa, fab, fd, sw, alpha2, residual, N):
+    """The NTK's layer l -> l+1 at equal norms (module docstring), from layer l's kernel (qa, qab, dd), its
+    (Theta_aa, Theta_ab, d_Theta) and the NNGP map's (fa, fab, fd) = (sigma_w2 V + sigma_b2, sigma_w2 C + sigma_b2,
+    sigma_w2 D)."""
+    g = alpha2 if residual else 1.0
+    s = 1.0 if residual else 0.0
+    p, t, dt = ntk_maps(N, qa, qab, dd)
+    a_aa = s + g * sw * p
+    a_ab = s + g * sw * t
+    return a_aa * taa + g * fa, a_ab * tab + g * fab, a_aa * dth + g * (fd + 2.0 * sw * dt * tab)
+
+
+@njit(inline="always", **OPTS)
+def theta_status(taa, tab, dth):
+    """The NTK's share of point_status: OVERFLOW (a Theta non-finite), UNDERFLOW (gamma_Theta = 2 Theta_ab/d_Theta
+    beyond float64: d_Theta below the smallest normal float, or below 0 where a plain dTdot difference lost every
+    digit), else OK."""
+    if not (math.isfinite(taa) and math.isfinite(tab) and math.isfinite(dth)):
+        return OVERFLOW
+    if not (dth >= TINY and abs(tab) <= 0.5 * dth * 1.7976931348623157e308):   # 2 Theta_ab/d_Theta finite
+        return UNDERFLOW
+    return OK
 
 
 @njit(inline="always", **OPTS)
@@ -124,7 +164,7 @@ def point_status(qa, qb, qab, dd):
 
 
 @njit(inline="always", **OPTS)
-def _load(i0, m, depth, start, st_qa, st_qb, st_qab, st_d, qa, qb, qab, dd, first, live):
+def _load(i0, m, depth, start, st_qa, st_qb, st_qab, st_d, qa, qb, qab, dd, first, live, ntk, st_th, th):
     """The block's points that run (start > 0) with their state; returns (number live, first layer)."""
     nlive = 0
     lmin = depth + 1
@@ -139,44 +179,70 @@ def _load(i0, m, depth, start, st_qa, st_qb, st_qab, st_d, qa, qb, qab, dd, firs
             qb[j] = st_qb[i0 + j]
             qab[j] = st_qab[i0 + j]
             dd[j] = st_d[i0 + j]
+            if ntk:
+                for t in range(3):
+                    th[j, t] = st_th[i0 + j, t]
     return nlive, lmin
 
 
 @njit(inline="always", **OPTS)
-def _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, qa0, qb0, qab0, d0, alpha2, residual, general,
-             M, norm, aux, start, st_qa, st_qb, st_qab, st_d, status):
+def _stop(i0, j, layer, qa, qb, qab, dd, start, st_qa, st_qb, st_qab, st_d, ntk, st_th, th):
+    """Keep point j's state before ``layer`` for a continuation from that layer."""
+    start[i0 + j] = layer
+    st_qa[i0 + j] = qa[j]
+    st_qb[i0 + j] = qb[j]
+    st_qab[i0 + j] = qab[j]
+    st_d[i0 + j] = dd[j]
+    if ntk:
+        for t in range(3):
+            st_th[i0 + j, t] = th[j, t]
+
+
+@njit(inline="always", **OPTS)
+def _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, inputs, alpha2, residual, general,
+             M, norm, aux, N, ntk, th, start, st_qa, st_qb, st_qab, st_d, st_th, status):
     """One layer at the block's live points; a point outside in_domain stops (LEFT_TABLE) with the layer to
     continue from and its state. norm: 0 none, 1 LayerNorm before phi, 2 LayerNorm after phi (equal norms;
-    aux[i] = (mean, var) of psi at layer 1's q, then at q* = sigma_w2 + sigma_b2). Returns how many stopped."""
+    aux[i] = (mean, var) of psi at layer 1's q, then at q* = sigma_w2 + sigma_b2). ntk (norm 0, equal norms):
+    th[j] = (Theta_aa, Theta_ab, d_Theta) goes along (:func:`ntk_step`, maps of data N). inputs = (qa0, qb0, qab0, d0)
+    (one argument: a call of 30 or more arguments compiles to a *args call, which numba cannot inline).
+    Returns how many stopped."""
     stopped = 0
     for j in range(m):
         if live[j] and layer >= first[j]:
             if layer == 1:
-                qa[j], qb[j], qab[j], dd[j] = first_layer(qa0, qb0, qab0, d0, sw[i0 + j], sb[i0 + j])
+                qa[j], qb[j], qab[j], dd[j] = first_layer(inputs[0], inputs[1], inputs[2], inputs[3], sw[i0 + j],
+                                                          sb[i0 + j])
+                if ntk:
+                    th[j, 0] = qa[j]
+                    th[j, 1] = qab[j]
+                    th[j, 2] = dd[j]
                 continue
             a, b, ab, d = pre_norm(norm, qa[j], qb[j], qab[j], dd[j])
             if in_domain(M, a, b, ab):
                 after = norm == 2          # one inlined copy of the maps: the plain step at (1, 0), then c_hat
-                f = layer_step(a, b, ab, d, 1.0 if after else sw[i0 + j], 0.0 if after else sb[i0 + j],
-                               alpha2, residual and not after, general and not after, M)
+                f = layer_maps(a, b, ab, d, 1.0 if after else sw[i0 + j], 0.0 if after else sb[i0 + j],
+                               general and not after, M)
                 if after:
                     k = 0 if layer == 2 else 2
                     f = ln_after(f[2], f[3], near(d, a, a), sw[i0 + j], sb[i0 + j], aux[i0 + j, k], aux[i0 + j, k + 1])
+                else:
+                    if ntk:
+                        th[j, 0], th[j, 1], th[j, 2] = ntk_step(a, ab, d, th[j, 0], th[j, 1], th[j, 2], f[0], f[2],
+                                                                f[3], sw[i0 + j], alpha2, residual, N)
+                    if residual:
+                        f = (a + alpha2 * f[0], b + alpha2 * f[1], ab + alpha2 * f[2], d + alpha2 * f[3])
                 qa[j], qb[j], qab[j], dd[j] = f
             else:
                 live[j] = False
                 stopped += 1
                 status[i0 + j] = LEFT_TABLE
-                start[i0 + j] = layer
-                st_qa[i0 + j] = qa[j]
-                st_qb[i0 + j] = qb[j]
-                st_qab[i0 + j] = qab[j]
-                st_d[i0 + j] = dd[j]
+                _stop(i0, j, layer, qa, qb, qab, dd, start, st_qa, st_qb, st_qab, st_d, ntk, st_th, th)
     return stopped
 
 
 @njit(inline="always", **OPTS)
-def _store(k, layer, i0, m, first, live, qa, qb, qab, dd, general, out_qa, out_qb, out_qab, out_d):
+def _store(k, layer, i0, m, first, live, qa, qb, qab, dd, general, out_qa, out_qb, out_qab, out_d, ntk, th, out_th):
     """Row k of the outputs at the block's points that have started (NaN for those that stopped)."""
     for j in range(m):
         if first[j] > 0 and layer >= first[j]:
@@ -185,16 +251,23 @@ def _store(k, layer, i0, m, first, live, qa, qb, qab, dd, general, out_qa, out_q
             out_d[k, i0 + j] = dd[j] if live[j] else math.nan
             if general:
                 out_qb[k, i0 + j] = qb[j] if live[j] else math.nan
+            if ntk:
+                for t in range(3):
+                    out_th[t, k, i0 + j] = th[j, t] if live[j] else math.nan
 
 
 @njit(inline="always", **OPTS)
-def _check(layer, i0, m, first, live, qa, qb, qab, dd, depth, status, last):
-    """point_status after a layer: UNDERFLOW records the last finite layer, OVERFLOW/DOMAIN stop the point.
-    Returns how many stopped."""
+def _check(layer, i0, m, first, live, qa, qb, qab, dd, depth, status, last, ntk, th):
+    """point_status (and with ntk theta_status, the worse of the two) after a layer: UNDERFLOW records the last
+    finite layer, OVERFLOW/DOMAIN stop the point. Returns how many stopped."""
     stopped = 0
     for j in range(m):
         if live[j] and layer >= first[j]:
             code = point_status(qa[j], qb[j], qab[j], dd[j])
+            if ntk and (code == OK or code == UNDERFLOW):
+                tc = theta_status(th[j, 0], th[j, 1], th[j, 2])
+                if tc != OK:
+                    code = tc
             if code == UNDERFLOW:
                 if last[i0 + j] == depth:
                     last[i0 + j] = layer - 1
@@ -209,7 +282,7 @@ def _check(layer, i0, m, first, live, qa, qb, qab, dd, depth, status, last):
 
 @njit(inline="always", **OPTS)
 def _finish(k, i0, m, first, live, qa, qb, qab, dd, store, stop, depth, general, out_qa, out_qb, out_qab, out_d,
-            start, st_qa, st_qb, st_qab, st_d, status, last):
+            start, st_qa, st_qb, st_qab, st_d, status, last, ntk, th, st_th, out_th):
     """Rows after a stopped point's last are NaN; live points end OK/UNDERFLOW, or PAUSED with their state."""
     for kk in range(k, store.shape[0]):
         for j in range(m):
@@ -219,23 +292,22 @@ def _finish(k, i0, m, first, live, qa, qb, qab, dd, store, stop, depth, general,
                 out_d[kk, i0 + j] = math.nan
                 if general:
                     out_qb[kk, i0 + j] = math.nan
+                if ntk:
+                    for t in range(3):
+                        out_th[t, kk, i0 + j] = math.nan
     for j in range(m):
         if live[j]:
             if stop < depth:
                 status[i0 + j] = PAUSED
                 if first[j] <= stop:     # else it has not started yet: start, st_* stay as they are
-                    start[i0 + j] = stop + 1
-                    st_qa[i0 + j] = qa[j]
-                    st_qb[i0 + j] = qb[j]
-                    st_qab[i0 + j] = qab[j]
-                    st_d[i0 + j] = dd[j]
+                    _stop(i0, j, stop + 1, qa, qb, qab, dd, start, st_qa, st_qb, st_qab, st_d, ntk, st_th, th)
             else:
                 status[i0 + j] = UNDERFLOW if last[i0 + j] < depth else OK
 
 
 @njit(parallel=True, **OPTS)
-def recurse(sw, sb, qa0, qb0, qab0, d0, depth, stop, store, alpha2, residual, general, M, norm, aux,
-            start, st_qa, st_qb, st_qab, st_d, out_qa, out_qb, out_qab, out_d, status, last):
+def recurse(sw, sb, qa0, qb0, qab0, d0, depth, stop, store, alpha2, residual, general, M, norm, aux, N, ntk,
+            start, st_qa, st_qb, st_qab, st_d, st_th, out_qa, out_qb, out_qab, out_d, out_th, status, last):
     """Layers up to ``stop`` (<= depth) at every grid point (parallel over blocks of points, advanced layer by
     layer); rows of out_* at layers ``store``. Callers run long recursions in chunks of layers (stop < depth)
     so that Python can handle signals (Ctrl-C) between chunks; the chunked run is bit-identical to one call
@@ -248,7 +320,10 @@ def recurse(sw, sb, qa0, qb0, qab0, d0, depth, stop, store, alpha2, residual, ge
     layer where in_domain is False: start[i], st_*[i] hold the layer to continue from and the state before
     it, later rows NaN until a continuation fills them); PAUSED (after layer stop < depth: start[i] =
     stop + 1, st_*[i] hold layer stop). Rows of layers before start[i] are never touched. out_qb is written
-    only when general (else a placeholder). ``norm`` and ``aux`` (shape (n, 4); (0, 4) unused): see _advance."""
+    only when general (else a placeholder). ``norm`` and ``aux`` (shape (n, 4); (0, 4) unused): see _advance.
+    ``ntk`` (norm 0, general False): the NTK goes along, with the maps P, T, dT of data N; st_th (n, 3) its
+    state, out_th (3, len(store), n) its rows (Theta_aa, Theta_ab, d_Theta); a non-finite Theta is OVERFLOW, an
+    underflowed d_Theta UNDERFLOW (:func:`theta_status`). Without ntk, st_th and out_th are placeholders."""
     n = sw.shape[0]
     nstore = store.shape[0]
     for blk in prange((n + BLOCK_POINTS - 1) // BLOCK_POINTS):
@@ -258,20 +333,24 @@ def recurse(sw, sb, qa0, qb0, qab0, d0, depth, stop, store, alpha2, residual, ge
         qb = np.empty(BLOCK_POINTS)
         qab = np.empty(BLOCK_POINTS)
         dd = np.empty(BLOCK_POINTS)
+        th = np.empty((BLOCK_POINTS, 3))
         first = np.zeros(BLOCK_POINTS, dtype=np.int64)
         live = np.zeros(BLOCK_POINTS, dtype=np.bool_)
-        nlive, lmin = _load(i0, m, depth, start, st_qa, st_qb, st_qab, st_d, qa, qb, qab, dd, first, live)
+        nlive, lmin = _load(i0, m, depth, start, st_qa, st_qb, st_qab, st_d, qa, qb, qab, dd, first, live, ntk, st_th,
+                            th)
         k = 0
         while k < nstore and store[k] < lmin:
             k += 1
         for layer in range(lmin, stop + 1):
             if nlive == 0:
                 break
-            nlive -= _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, qa0, qb0, qab0, d0, alpha2,
-                              residual, general, M, norm, aux, start, st_qa, st_qb, st_qab, st_d, status)
+            nlive -= _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, (qa0, qb0, qab0, d0), alpha2,
+                              residual, general, M, norm, aux, N, ntk, th, start, st_qa, st_qb, st_qab, st_d, st_th,
+                              status)
             if k < nstore and store[k] == layer:
-                _store(k, layer, i0, m, first, live, qa, qb, qab, dd, general, out_qa, out_qb, out_qab, out_d)
+                _store(k, layer, i0, m, first, live, qa, qb, qab, dd, general, out_qa, out_qb, out_qab, out_d, ntk, th,
+                       out_th)
                 k += 1
-            nlive -= _check(layer, i0, m, first, live, qa, qb, qab, dd, depth, status, last)
+            nlive -= _check(layer, i0, m, first, live, qa, qb, qab, dd, depth, status, last, ntk, th)
         _finish(k, i0, m, first, live, qa, qb, qab, dd, store, stop, depth, general, out_qa, out_qb, out_qab, out_d,
-                start, st_qa, st_qb, st_qab, st_d, status, last)
+                start, st_qa, st_qb, st_qab, st_d, status, last, ntk, th, st_th, out_th)

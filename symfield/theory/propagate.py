@@ -273,8 +273,8 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
     Propagation
         ``.q``, ``.qab``, ``.qbb``, ``.d``, ``.c``, ``.one_minus_c``, ``.gamma`` of shape
         ``(len(layers), *grid_shape)``, ``.layers``, per-point ``.status`` (:data:`STATUS`) and ``.last_finite``,
-        ``.method`` ("numba-generated", "numba-table", "numba-table+numpy-quadrature", "python-table" or
-        "numpy-quadrature") and ``.error`` / ``.error_bound`` (the table's certified per-step bounds).
+        ``.method`` ("numba-generated", "numba-table", with "+numpy-tail" / "+numpy-quadrature" for points
+        beyond the table, "python-table" or "numpy-quadrature") and ``.error`` / ``.error_bound`` (the table's certified per-step bounds).
 
     Examples
     --------
@@ -286,16 +286,14 @@ def propagate(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLike, d
     K = kernel(act)
     general = qbb0 is not None and qb0 != qa0
     # fresh writable C-contiguous copies: one numba signature for every call
-    swf = np.array(np.broadcast_to(sw, shape), dtype=np.float64, order="C").ravel()
-    sbf = np.array(np.broadcast_to(sb, shape), dtype=np.float64, order="C").ravel()
+    swf, sbf = (np.array(np.broadcast_to(v, shape), dtype=np.float64, order="C").ravel() for v in (sw, sb))
     alpha2 = 0.0 if alpha is None else alpha * alpha
     d0, qab = _distance(d0, qa0, qb0, qab)
     opts, dps = nm.options(_F, norm, norm_at, batch), check.dps(_F, dps)
     _ntk_allowed(ntk, opts, dps, general, qbb0)
     if dps is not None or (opts is not None and alpha is not None):
         return _layerwise(K, opts, swf, sbf, shape, qa0, qb0, qab, d0, depth, store, alpha, dps)
-    forms = compiled_maps(K) if ntk else None
-    args = (swf, sbf, qa0, qb0, qab, d0, depth)
+    forms, args = (compiled_maps(K) if ntk else None), (swf, sbf, qa0, qb0, qab, d0, depth)
     M = maps(K, method=method)
     every = (lambda: np.arange(1, depth + 1, dtype=np.int64))   # the NumPy NTK's rows: every layer
     ran = M.run_grid(*args, every() if ntk and forms is None else store, alpha2, alpha is not None, general,

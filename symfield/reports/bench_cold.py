@@ -322,8 +322,9 @@ def _weight(act, q):
     raise InvalidValue(f"The 'act' parameter of the cold-suite oracle must be unpooled or max-pooled. Got {act.name!r} instead.")
 
 
-def V_mp(act, q, dps):
+def V_mp(act, q, dps, extra=()):
     phi, _, kk = _phi_mp(act)
+    kk = tuple(sorted(set(kk) | set(extra)))
     if act.pool == "avg":       # psi = mean of k iid phi(u_j): V = (E[phi^2] + (k - 1) E[phi]^2)/k
         m = mp_expect1(phi, q, kk, dps)
         return (mp_expect1(lambda t: phi(t) ** 2, q, kk, dps) + (act.k - 1) * m * m) / act.k
@@ -412,12 +413,43 @@ def C_oracle(act, q1, q2, q12):
     return mp_expect2(phi, phi, q1, q2, q12, kk, dps=15), "mp_expect2"
 
 
+LOCAL = (-30.0, -10.0, -3.0, -1.0, 0.0, 1.0, 3.0, 10.0, 30.0)   # breakpoints at phi's own scale, for large q
+
+
+def C_nested(act, q, q12, n=20):
+    """C(q, q, q12) of an unpooled phi as E_v[phi(v) E[phi(u) | v]], u | v ~ N(c v, q (1 - c^2)), in float64 by
+    nested Gauss-Legendre (n points per panel) on panels split at phi's kinks and at LOCAL (argument units) at
+    both levels, so the features of phi at its own scale are resolved however large q is (the 2-D mpmath rule
+    of C_oracle misses them at q ~ 1e6 by ~1e-7)."""
+    g = _g_np(act)
+    t, w = np.polynomial.legendre.leggauss(n)
+    sq, c = math.sqrt(q), q12 / q
+    s = math.sqrt(max(q * (1 - c) * (1 + c), 0.0))
+    bps = sorted(set(map(float, _phi_mp(act)[2])) | set(LOCAL))
+
+    def panels(edges, lo, hi):
+        e = np.unique(np.clip(np.asarray(edges, float), lo, hi))
+        h, m = np.diff(e)[:, None] / 2, (e[1:] + e[:-1])[:, None] / 2
+        return (m + h * t).ravel(), (h * w).ravel()
+    v, wv = panels(bps + [k * sq for k in (-12, -8, -4, -2, -1, -0.5, 0.5, 1, 2, 4, 8, 12)], -12 * sq, 12 * sq)
+    inner = np.empty_like(v)
+    for i, vi in enumerate(v):
+        if s == 0:
+            inner[i] = g(c * vi)
+            continue
+        z, wz = panels([(b - c * vi) / s for b in bps] + list(range(-10, 11)), -10.0, 10.0)
+        inner[i] = np.dot(wz, g(c * vi + s * z) * np.exp(-z * z / 2)) / math.sqrt(2 * math.pi)
+    return float(np.dot(wv, g(v) * inner * np.exp(-v * v / (2 * q)))) / (sq * math.sqrt(2 * math.pi))
+
+
 def _check_propagate(act, points):
     """Max relative error of one layer step q' = sw V(q) + sb, q12' = sw C(q, q, q12) + sb (scale q')."""
     err = 0.0
     for pt in points:
-        v = V_mp(act, pt["q_prev"], 18)
-        c, _ = C_oracle(act, pt["q_prev"], pt["q_prev"], pt["qab_prev"])
+        big = pt["q_prev"] > 2.0 ** 10 and act.pool is None
+        v = V_mp(act, pt["q_prev"], 18, LOCAL if big else ())
+        c, _ = (C_nested(act, pt["q_prev"], pt["qab_prev"]), None) if big else \
+            C_oracle(act, pt["q_prev"], pt["q_prev"], pt["qab_prev"])
         q, qab = pt["sw"] * v + pt["sb"], pt["sw"] * float(c) + pt["sb"]
         err = max(err, _rel(pt["q"], q), _rel(pt["qab"], qab, q))
     return err

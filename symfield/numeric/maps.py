@@ -162,7 +162,7 @@ class Maps:
     def V(self, q):
         q = np.asarray(q, float)
         big = q >= TAIL_Q
-        if self._tail is None or not big.any() or not self.K.V.has(sp.Integral):
+        if not big.any() or not self.K.V.has(sp.Integral) or self._tail is None:   # the tail is built only when asked
             return self._one("V", q)
         out = np.full(q.shape, np.nan)
         out[big] = self._from_tail("V", q[big])
@@ -247,11 +247,10 @@ class Maps:
         if ok.any():
             out[ok] = self._lookup(name, a[ok], b[ok], *(v[ok] for v in rest))
         bad = np.isnan(out)
-        if bad.any() and self._tail is not None:   # equal norms beyond the table: the large-q tail
-            big = np.flatnonzero(bad & (a == b) & (a >= TAIL_Q))
-            if big.size:
-                out[big] = self._from_tail(name, a[big], *(v[big] for v in rest))
-                bad = np.isnan(out)
+        big = np.flatnonzero(bad & (a == b) & (a >= TAIL_Q))
+        if big.size and self._tail is not None:   # equal norms beyond the table: the large-q tail
+            out[big] = self._from_tail(name, a[big], *(v[big] for v in rest))
+            bad = np.isnan(out)
         if bad.any():
             self.tally["quadrature"] += int(bad.sum())
             out[bad] = self._rent2d.timed(slow, int(bad.sum()), a[bad], b[bad], *(v[bad] for v in rest))

@@ -35,6 +35,7 @@ ONE_D = ("V", "dpsi2", "mean", "dV")
 TABLE_1D = ("V", "dpsi2")          # 1-D maps that get a table when they are integrals
 METHODS = ("auto", "table", "quadrature")
 TAIL_Q = tables.q_top()            # equal norms from the table top up: the large-q tail (numerics section 11)
+TAIL_Q_MIN = 32.0                  # ... and from here up, above the panels built, where panels cost minutes
 COMPILE_SECONDS = 3.0              # loading the compiled table module (numba's cache warm: less; cold: more)
 _MAPS: dict = caches.memo()
 
@@ -243,7 +244,14 @@ class Maps:
         shape = a.shape
         a, b, rest = a.ravel(), b.ravel(), [v.ravel() for v in rest]
         out = np.full(a.shape, np.nan)
-        ok = self._plan(a, b, a.size)
+        T, done = self.table, np.zeros(a.shape, bool)
+        if not T.cheap:          # panels cost minutes: the tail serves what it certifies above the panels built
+            big = np.flatnonzero(~T.covers(a, b) & (a == b) & (a >= TAIL_Q_MIN))
+            if big.size and self._tail is not None:
+                out[big] = self._from_tail(name, a[big], *(v[big] for v in rest))
+                done = ~np.isnan(out)
+        ok = np.zeros(a.shape, bool)
+        ok[~done] = self._plan(a[~done], b[~done], int((~done).sum()))
         if ok.any():
             out[ok] = self._lookup(name, a[ok], b[ok], *(v[ok] for v in rest))
         bad = np.isnan(out)

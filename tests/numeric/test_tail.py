@@ -161,3 +161,16 @@ def test_propagate_beyond_the_table_against_mpmath_steps():
             assert abs(r.q[L + 1 + k, i] - q) <= 1e-12 * q
             assert abs(r.qab[L + 1 + k, i] - qab) <= 1e-12 * q
             assert abs(r.d[L + 1 + k, i] - d) <= 1e-11 * d
+
+
+def test_tail_serves_above_expensive_panels():
+    """elu's panels cost minutes each (quadrature-node tables): at equal norms above the panels built (the shipped
+    table stops at q = 2^14) the engine takes the tail where it certifies, not a panel build or 2-D quadrature."""
+    M = maps(sf.kernel("elu"))
+    q, theta = 3.0e4, math.acos(0.5)
+    assert not M.table.cheap and not M.table.covers(np.array([q]), np.array([q])).any()
+    before = dict(M.tally)
+    c = M.C(q, q, q * math.cos(theta))
+    assert M.tally["tail"] == before["tail"] + 1 and M.tally["quadrature"] == before["quadrature"]
+    V, C, _ = oracle("elu", q, theta)
+    assert abs(c - C) <= 1e-12 * V

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 from scipy.special import erf as np_erf
 
+from symfield.numeric import quadrature as Q
 from symfield.numeric.quadrature import expect1, expect1_many, expect1_vec, expect2, expect2_vec
+from symfield.reports.oracles import mp_expect2
 
 QS = [1e-3, 0.1, 1.0, 10.0, 1e3]
 PAIRS = [(1e-3, 1e-3), (1.0, 1.0), (1e3, 1e3), (1e-3, 1e3), (2.0, 0.5)]
@@ -198,9 +200,59 @@ def test_mp_2d_dps15():
 
 @pytest.mark.slow
 def test_mp_2d_dps30():
+    """expect2 at dps 30 (Mehler's series) against the nested Gauss-Legendre oracle of reports.oracles at 40."""
     a = expect2(mpmath.tanh, mpmath.tanh, 1, 1, 0.5, dps=30)
-    b = expect2(mpmath.tanh, mpmath.tanh, 1, 1, 0.5, dps=50)
-    _agree(a, b, 29)
+    _agree(a, mp_expect2(mpmath.tanh, mpmath.tanh, 1, 1, 0.5, dps=40, degree=5), 29)
+
+
+# ------------------------------------------------------------------ mpmath: Mehler's series (|corr| <= 0.9)
+def _mehler(f, g, q1, q2, q12, dps, kinks=()):
+    """quadrature._e2_mehler at dps (None where it declines)."""
+    with mpmath.workdps(dps + Q.GUARD):
+        return Q._e2_mehler(f, g, *(mpmath.mpf(v) for v in (q1, q2, q12)), [mpmath.mpf(k) for k in kinks], dps)
+
+
+def _arcsine(q1, q2, q12):
+    """E[erf(u) erf(v)] = (2/pi) asin(2 q12/sqrt((1 + 2 q1)(1 + 2 q2))) (the inputs' binary values, 60 digits)."""
+    with mpmath.workdps(60):
+        q1, q2, q12 = (mpmath.mpf(v) for v in (q1, q2, q12))
+        return 2 / mpmath.pi * mpmath.asin(2 * q12 / mpmath.sqrt((1 + 2 * q1) * (1 + 2 * q2)))
+
+
+@pytest.mark.parametrize("q1, q2, q12", [(1, 1, 0.5), (0.01, 0.01, -0.004), (2, 0.5, -0.3), (1, 1, 0.9),
+                                         (1, 1, -0.9), (50, 30, 25), (1e4, 1e4, 5e3)])
+def test_mehler_matches_erf_closed_form(q1, q2, q12):
+    """erf integrated as if it had no closed form: the series (certified, not declined) to 30 digits."""
+    got = _mehler(mpmath.erf, mpmath.erf, q1, q2, q12, 30)
+    assert got is not None
+    _agree(got, _arcsine(q1, q2, q12), 30)
+    assert expect2(mpmath.erf, mpmath.erf, q1, q2, q12, dps=30) == got
+
+
+def test_mehler_matches_2d_rule_and_kinks():
+    """tanh against the 2-D rule (:func:`_e2_mp`, conditional form) at 20 digits; relu (kink at 0, Hermite
+    coefficients decaying only like k^(-3/4)) against the arc-cosine kernel."""
+    with mpmath.workdps(30):
+        ref = Q._e2_mp(mpmath.tanh, mpmath.tanh, mpmath.mpf(3), mpmath.mpf("0.7"), mpmath.mpf("-1.1"), [], 20)
+    _agree(_mehler(mpmath.tanh, mpmath.tanh, 3, "0.7", "-1.1", 20), ref, 19)
+    r = lambda x: x if x > 0 else mpmath.mpf(0)  # noqa: E731
+    with mpmath.workdps(40):
+        th = mpmath.acos(mpmath.mpf("0.8"))
+        ref = 2 / (2 * mpmath.pi) * (mpmath.sin(th) + (mpmath.pi - th) * mpmath.cos(th))
+    _agree(_mehler(r, r, 1, 4, "1.6", 20, kinks=(0,)), ref, 20)
+
+
+def test_mehler_declines_what_it_cannot_certify(monkeypatch):
+    """A value that cancels to 0 (E[u He_3(v)] = 0) and a series cut too early (tail bound above
+    10^-dps |value|) are declined; expect2 then answers by the 2-D rule. |corr| > 0.9 never tries the series."""
+    he3 = lambda x: x ** 3 - 3 * x  # noqa: E731
+    assert _mehler(lambda x: x, he3, 1, 1, 0.5, 12) is None
+    assert abs(expect2(lambda x: x, he3, 1, 1, 0.5, dps=12)) < 1e-12
+    monkeypatch.setattr(Q, "_terms", lambda rho, N: 2)
+    assert _mehler(mpmath.erf, mpmath.erf, 1, 1, 0.5, 12) is None
+    _agree(expect2(mpmath.erf, mpmath.erf, 1, 1, 0.5, dps=12), _arcsine(1, 1, 0.5), 12)
+    monkeypatch.setattr(Q, "_e2_mehler", lambda *a: pytest.fail("series tried at |corr| > 0.9"))
+    _agree(expect2(mpmath.erf, mpmath.erf, 1, 1, 0.95, dps=12), _arcsine(1, 1, 0.95), 12)
 
 
 def test_mp_2d_exact_and_degenerate():

@@ -54,6 +54,21 @@ def test_erf_dps30_matches_closed_form_root(sb):
     assert abs(float(got) - sf.neutrality("erf", sb)) < 1e-9
 
 
+def test_erf_by_quadrature_matches_closed_form_root(monkeypatch):
+    """erf's C at dps by quadrature, as for an activation without a closed form (Mehler's series at
+    c = 1/2, every call certified, none declined): the root still has 30 digits of the arcsine kernel's."""
+    from symfield.numeric import quadrature as Q
+    from symfield.numeric.context import objects
+    from symfield.numeric.maps import MpMaps
+    series, real = [], Q._e2_mehler
+    monkeypatch.setattr(Q, "_e2_mehler", lambda *a: series.append(real(*a)) or series[-1])
+    monkeypatch.setattr(MpMaps, "C_eq", lambda self, q, c: objects(
+        [Q.expect2(mpmath.erf, mpmath.erf, x, x, c * x, dps=self.dps) for x in q]))
+    got = sf.neutrality("erf", 0.1, dps=30)
+    assert len(series) >= 2 and None not in series
+    assert _digits(got, _erf_oracle(0.1, float(sf.q_star("erf", float(got), 0.1)))) >= 29.5
+
+
 def test_refinement_takes_few_full_precision_steps(monkeypatch):
     """The mp maps are evaluated a handful of times (secant from the float64 root), not ~30 (bracketing)."""
     calls = []

@@ -87,7 +87,7 @@ def neutrality_line(K, sigma_b2, sigma_w2_max=50.0):
     """float64 neutrality line of kernel K for a 1-D array sigma_b2 > 0, by eliminating sigma_w2
     (c* = 1/2 known): on the q* equation, q > sigma_b2, solve h(q) = 0 of :func:`neutral_residual`;
     h -> 1/2 > 0 as q -> sigma_b2+. The bracket grows q by 2 until h < 0 (NaN where sigma_w2(q)
-    passes sigma_w2_max or q passes Q_MAX first). Then 1/2 must be the stable c* reached from c1
+    passes sigma_w2_max or q passes Q_MAX first, or the root's sigma_w2 is above sigma_w2_max). Then 1/2 must be the stable c* reached from c1
     (checked; NaN otherwise). Returns (sigma_w2, q*)."""
     N = maps(K)
     sb = np.asarray(sigma_b2, float)
@@ -110,7 +110,7 @@ def neutrality_line(K, sigma_b2, sigma_w2_max=50.0):
         lo[j], hlo[j] = hi[j], hhi[j]
         hi[j] *= 2
         sw, hhi[j] = parts(hi[j], j)
-        out_of_range = (sw > sigma_w2_max) | (hi[j] > min(Q_MAX, cutoff)) | ~np.isfinite(hhi[j])
+        out_of_range = ((sw > sigma_w2_max) & (hhi[j] > 0)) | (hi[j] > min(Q_MAX, cutoff)) | ~np.isfinite(hhi[j])
         failed[j[out_of_range]] = True
         live[j] = ~out_of_range & (hhi[j] > 0)
     qs = np.full(n, np.nan)
@@ -118,6 +118,7 @@ def neutrality_line(K, sigma_b2, sigma_w2_max=50.0):
     if j.size:
         qs[j] = vroot(lambda x, k: parts(x, j[k])[1], lo[j], hi[j], hlo[j], hhi[j])
     sw = np.where(np.isnan(qs), np.nan, (qs - sb) / N.V(np.where(np.isnan(qs), 1.0, qs)))
+    sw[sw > sigma_w2_max] = np.nan      # bracketed past sigma_w2_max: the root itself may still lie beyond it
     ok = ~np.isnan(sw)
     if ok.any():  # 1/2 must be the fixed point the recursion reaches from c1
         cs = c_star_f64(K, sw[ok], sb[ok], qs[ok])[0]

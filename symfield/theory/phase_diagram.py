@@ -31,7 +31,8 @@ class PhaseDiagram(ToXarray):
     """Fields have shape (len(sigma_w2), len(sigma_b2)); ``codes`` index PHASES.
 
     ``eoc`` and ``neutrality`` give sigma_w2 of those lines at each sigma_b2 (NaN where the
-    line does not exist; positively homogeneous psi: the EOC is 1/E[psi'^2] at every sigma_b2);
+    line does not exist, the neutrality line also where it lies beyond the largest sigma_w2 drawn;
+    positively homogeneous psi: the EOC is 1/E[psi'^2] at every sigma_b2);
     ``eoc_stable`` says where the EOC's q* is a stable fixed point (sigma_w2 V'(q*) <= 1). Where it
     is not (gelu, silu at small sigma_b2), no network reaches it: the labels follow the fixed point
     reached from q^(1), and the realised order/chaos boundary is the chi1 = 1 contour of ``slope``.
@@ -169,8 +170,8 @@ def phase_diagram(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLik
             stable[i] = q_slope(K, eoc[i], qe) <= 1
     neut = np.full(sb_axis.shape, np.nan)
     pos = sb_axis > 0
-    if pos.any():
-        neut[pos] = neutrality_line(K, sb_axis[pos])[0]
+    if pos.any() and sw_axis.max() > 0:      # the line where it is drawn: sigma_w2 up to the axis' largest
+        neut[pos] = neutrality_line(K, sb_axis[pos], float(sw_axis.max()))[0]
     c_d = g_d = None
     if depth is not None:
         r = propagate(K.act, W, B, depth, layers=[depth])

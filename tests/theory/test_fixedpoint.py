@@ -129,6 +129,28 @@ def test_neutrality_erf_root_is_c_star_one_half():
     assert sf.c_star("erf", sw * 0.99, 0.1) > 0.5 > sf.c_star("erf", sw * 1.01, 0.1)
 
 
+def _erf_neutral_sw(sb):
+    """erf's neutrality line from the arcsine kernel (30 digits): V(q) = (2/pi) asin(2q/(1+2q)),
+    C(q, q, q/2) = (2/pi) asin(q/(1+2q)); on sigma_w2 = (q - sigma_b2)/V(q) solve sigma_w2 C + sigma_b2 = q/2."""
+    with mp.workdps(30):
+        sb = mp.mpf(sb)
+        V = lambda q: 2 / mp.pi * mp.asin(2 * q / (1 + 2 * q))  # noqa: E731
+        C = lambda q: 2 / mp.pi * mp.asin(q / (1 + 2 * q))  # noqa: E731
+        q = mp.findroot(lambda q: (q - sb) / V(q) * C(q) + sb - q / 2, (sb * 1.001, 50 * sb + 10), solver="anderson")
+        return float((q - sb) / V(q))
+
+
+def test_phase_diagram_neutrality_line_up_to_the_largest_sigma_w2_drawn():
+    """The line where the diagram draws it: the closed-form root where sigma_w2 <= 3 (sb = 0.01, 0.05), NaN
+    beyond (sb = 0.2: 3.03; 0.5: 4.71) and at sigma_b2 = 0; sf.neutrality still finds the roots beyond."""
+    sb = np.array([0.0, 0.01, 0.05, 0.2, 0.5])
+    pd = sf.phase_diagram("erf", np.linspace(0, 3, 7), sb)
+    ref = np.array([_erf_neutral_sw(b) for b in sb[1:]])
+    assert np.isnan(pd.neutrality[[0, 3, 4]]).all() and (ref[2:] > 3).all() and (ref[:2] < 3).all()
+    np.testing.assert_allclose(pd.neutrality[1:3], ref[:2], rtol=1e-9)
+    np.testing.assert_allclose(sf.neutrality("erf", sb[1:]), ref, rtol=1e-9)
+
+
 def test_neutrality_errors():
     with pytest.raises(ValueError, match="'sigma_b2' parameter of neutrality"):
         sf.neutrality("erf", -0.1)

@@ -114,8 +114,33 @@ def sin_minus_tcos(t):
         return np.where(np.abs(t) < 0.5, s * t2 * t, np.sin(t) - t * np.cos(t))
 
 
-NUMPY_MODULES = [{"Heaviside": lambda a, h=0.5: np.heaviside(a, h), "SinMinusTCos": sin_minus_tcos},
-                 "scipy", "numpy"]
+class erfcx(sp.Function):
+    """exp(x^2) erfc(x), scaled: finite in float64 where exp(x^2) overflows and erfc(x) underflows."""
+    nargs = 1
+
+
+def _erfcx_f64(v):
+    from scipy.special import erfcx as f
+    return f(v)
+
+
+def scaled_erfc(expr):
+    """exp(a) erfc(b) -> erfcx(b) exp(a - b^2) in each product (a - b^2 expanded: 0 for elu's maps, where
+    exp(2q) erfc(sqrt(2q)) overflowed at q > 354 and every point went to mpmath). Used only where the form
+    as derived overflows: where both are finite, the derived form is as accurate or better."""
+    def fix(m):
+        es = [f for f in m.args if isinstance(f, sp.exp)]
+        cs = [f for f in m.args if isinstance(f, sp.erfc)]
+        if not es or not cs:
+            return m
+        a, b = es[0].args[0], cs[0].args[0]
+        rest = [f for f in m.args if f is not es[0] and f is not cs[0]]
+        return sp.Mul(*rest, erfcx(b), sp.exp(sp.expand(a - b ** 2)))
+    return expr.replace(lambda e: isinstance(e, sp.Mul), fix)
+
+
+NUMPY_MODULES = [{"Heaviside": lambda a, h=0.5: np.heaviside(a, h), "SinMinusTCos": sin_minus_tcos,
+                  "erfcx": _erfcx_f64}, "scipy", "numpy"]
 MPMATH_MODULES = [{"SinMinusTCos": sin_minus_tcos_mp}, "mpmath"]
 
 
@@ -161,15 +186,21 @@ def evaluator(expr: sp.Expr, args: tuple, kinks: tuple = (), dps: int | None = N
     body = expr.xreplace(repl)
     if dps is None:
         fn = sp.lambdify(args, body, modules=[impls] + NUMPY_MODULES)
+        scaled = scaled_erfc(body)
+        fn2 = sp.lambdify(args, scaled, modules=[impls] + NUMPY_MODULES) if scaled != body else None
 
         def run(*vals):
             with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
                 out = fn(*vals)
             out = np.broadcast_to(np.asarray(out, dtype=float), np.broadcast(*vals).shape).copy()
             bad = ~np.isfinite(out)
+            full = np.broadcast_arrays(*vals)
+            if bad.any() and fn2 is not None:   # exp(a) erfc(b) overflowed: the scaled form, still float64
+                with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                    out[bad] = np.broadcast_to(fn2(*[np.asarray(a)[bad] for a in full]), (int(bad.sum()),))
+                bad = ~np.isfinite(out)
             if bad.any():  # overflow in a float64 intermediate (0*inf, inf/inf): redo those points in mpmath
                 exact = evaluator(expr, args, kinks, 30)
-                full = np.broadcast_arrays(*vals)
                 for idx in np.argwhere(bad):
                     idx = tuple(idx)
                     out[idx] = float(exact(*[mpmath.mpf(float(a[idx])) for a in full]))

@@ -130,7 +130,7 @@ def run_table(maps, T, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residua
         if need.size and spill(int(np.sum(depth + 1 - start[need])), float(st[0][need].min()), float(st[0][need].max())):
             quad[need] = True
         elif need.size:
-            again = _grow(mod, T, M, st[0][need])
+            again = _grow(mod, T, M, st[0][need], maps.tail_from())
             run[need[again]] = True
             quad[need[~again]] = True
     n_quad = int(quad.sum())
@@ -141,14 +141,15 @@ def run_table(maps, T, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residua
     return out, status, last, n_quad
 
 
-def _grow(mod, T, M, qs):
+def _grow(mod, T, M, qs, top):
     """Extend T for points that stopped (LEFT_TABLE) at q = qs under the packed table M. True where a point may
-    go on with the table: M did not cover its q and T.arrays() now does. False (quadrature) beyond the cap,
+    go on with the table: M did not cover its q and T.arrays() now does. False (quadrature) from ``top`` (the
+    large-q tail's start, :meth:`Maps.tail_from`: below the cap where panels cost minutes) and beyond the cap,
     when the extension fails, and where the table covers q but the point left it anyway (M covered it, or the
     extension did not reach it: an inconsistent table, one warning; never another round)."""
     qs = np.ascontiguousarray(qs, dtype=float)
     left = ~mod.covers_many(M, qs)
-    ok = left & (qs < T.q_top)
+    ok = left & (qs < min(T.q_top, top))
     try:
         if ok.any():
             T.extend_to(float(qs[ok].min()), float(qs[ok].max()))

@@ -177,6 +177,12 @@ class Maps:
         """The large-q tail series (:mod:`.tail`), or None (method "quadrature", or psi has none)."""
         return None if self.method == "quadrature" or self.K.closed_form else tail(self.K)
 
+    def tail_from(self) -> float:
+        """Equal norms above the panels built go to the large-q tail from this q: TAIL_Q_MIN where panels cost
+        minutes (quadrature-node tables) and psi has a tail, else the tables' top TAIL_Q."""
+        T = self.table
+        return TAIL_Q_MIN if T is not None and not T.cheap and self._tail is not None else TAIL_Q
+
     def _from_tail(self, name, q, *rest):
         """The tail's V(q), C(q, q, q12) or D(q, q, q12, d) at flat arrays; NaN where it is not certified."""
         self.how.setdefault(f"{name} (q >= table top)", "large-q tail series (numerics section 11), else quadrature")
@@ -245,11 +251,10 @@ class Maps:
         a, b, rest = a.ravel(), b.ravel(), [v.ravel() for v in rest]
         out = np.full(a.shape, np.nan)
         T, done = self.table, np.zeros(a.shape, bool)
-        if not T.cheap:          # panels cost minutes: the tail serves what it certifies above the panels built
-            big = np.flatnonzero(~T.covers(a, b) & (a == b) & (a >= TAIL_Q_MIN))
-            if big.size and self._tail is not None:
-                out[big] = self._from_tail(name, a[big], *(v[big] for v in rest))
-                done = ~np.isnan(out)
+        big = np.flatnonzero(~T.covers(a, b) & (a == b) & (a >= TAIL_Q_MIN))
+        if big.size and self.tail_from() == TAIL_Q_MIN:     # the tail serves what it certifies above the panels built
+            out[big] = self._from_tail(name, a[big], *(v[big] for v in rest))
+            done = ~np.isnan(out)
         ok = np.zeros(a.shape, bool)
         ok[~done] = self._plan(a[~done], b[~done], int((~done).sum()))
         if ok.any():
@@ -317,8 +322,25 @@ class Maps:
     def D(self, q1, q2, q12, d):
         T = self.table
         if T is None or not T.has_distance:
-            return self._distance.fn(q1, q2, q12, d)
+            return self._untabled_D(q1, q2, q12, d)
         return self._tabled("D", self._distance.fn, q1, q2, q12, d)
+
+    def _untabled_D(self, q1, q2, q12, d):
+        """D without table cells: the large-q tail at equal norms from :meth:`tail_from` where it certifies
+        (elu's table keeps no distance cells; its distance rule is a 2-D quadrature of ~1 s at large q),
+        else the distance rule."""
+        args = np.broadcast_arrays(*(np.asarray(v, float) for v in (q1, q2, q12, d)))
+        shape = args[0].shape
+        a, b, ab, dd = (v.ravel() for v in args)
+        big = np.flatnonzero((a == b) & (a >= self.tail_from()))
+        if not big.size or self._tail is None:
+            return self._distance.fn(q1, q2, q12, d)
+        out = np.full(a.shape, np.nan)
+        out[big] = self._from_tail("D", a[big], ab[big], dd[big])
+        rest = np.isnan(out)
+        if rest.any():
+            out[rest] = self._distance.fn(a[rest], b[rest], ab[rest], dd[rest])
+        return out.reshape(shape)
 
     def cover(self, lo: float, hi: float) -> None:
         """A caller about to walk q over [lo, hi] with many C evaluations (the q* = 0 descent): a table whose

@@ -157,3 +157,23 @@ def test_vectorised_over_arrays():
         assert out[i] == pytest.approx(float(sf.q_map("tanh", qs[i], 1.2, 0.05)), rel=1e-14)
     sw = np.linspace(0.5, 3, 5)[:, None]
     assert sf.q_map("relu", 1.0, sw, np.array([0.0, 0.1])).shape == (5, 2)
+
+
+def test_elu_one_dimensional_maps_at_large_q_in_float64(monkeypatch):
+    """elu's V, E[psi'^2] and E[psi] contain exp(2q) erfc(sqrt(2q)): float64 without overflow up to q = 1e6
+    (no point redone in mpmath), against mpmath quadrature of the defining integrals at 30 digits."""
+    from symfield.numeric import evaluate as E
+    from symfield.numeric.maps import maps
+    M = maps(sf.kernel("elu"))
+    q = np.array([0.5, 30.0, 400.0, 3e3, 1e6])
+    M.V(q[:1]), M.dpsi2(q[:1]), M.mean(q[:1])       # the evaluators built; below, only run
+    monkeypatch.setattr(E, "evaluator", lambda *a: pytest.fail("a float64 point was redone in mpmath"))
+    got = {"V": M.V(q), "dpsi2": M.dpsi2(q), "mean": M.mean(q)}
+    elu = lambda x: x if x > 0 else mp.expm1(x)  # noqa: E731
+    fs = {"V": lambda x: elu(x) ** 2, "dpsi2": lambda x: 1 if x > 0 else mp.exp(2 * x), "mean": elu}
+    for name, f in fs.items():
+        for i, qi in enumerate(q):
+            with mp.workdps(30):
+                s = mp.sqrt(qi)
+                ref = mp.quad(lambda x: f(x) * mp.npdf(x, 0, s), [-40 * s, -40, -1, 0, 1, 40 * s])
+            assert abs(got[name][i] - ref) <= 1e-14 * abs(ref), (name, qi, got[name][i], ref)

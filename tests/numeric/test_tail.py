@@ -172,5 +172,25 @@ def test_tail_serves_above_expensive_panels():
     before = dict(M.tally)
     c = M.C(q, q, q * math.cos(theta))
     assert M.tally["tail"] == before["tail"] + 1 and M.tally["quadrature"] == before["quadrature"]
-    V, C, _ = oracle("elu", q, theta)
-    assert abs(c - C) <= 1e-12 * V
+    d = 4 * q * math.sin(theta / 2) ** 2
+    assert not M.table.has_distance           # elu's table keeps no distance cells: D is not looked up either
+    dv = M.D(q, q, q * math.cos(theta), d)
+    assert M.tally["tail"] == before["tail"] + 2 and M.tally["quadrature"] == before["quadrature"]
+    V, C, D = oracle("elu", q, theta)
+    assert abs(c - C) <= 1e-12 * V and abs(dv - D) <= 1e-12 * D
+
+
+def test_elu_propagate_beyond_its_table_on_the_tail():
+    """elu at sigma_w2 = 3, 4 passes its table's top (q = 2^14) within 40 layers: those points go on with the
+    tail (no panel of minutes is built, no 2-D quadrature per layer), two layers against the oracle's steps."""
+    sw, sb = np.array([3.0, 4.0]), 0.1
+    M = maps(sf.kernel("elu"))
+    before = dict(M.tally)
+    r = sf.propagate("elu", sw, sb, 40)
+    assert M.tally["tail"] > before["tail"] and M.tally["quadrature"] == before["quadrature"]
+    assert (r.status == 0).all(), (r.method, r.status)
+    L = int(np.argmax(r.q[:, 1] > 2.0 ** 15))
+    for k, (q, qab, d) in enumerate(_steps("elu", 4.0, sb, float(r.q[L, 1]), float(r.qab[L, 1]), 2)):
+        assert abs(r.q[L + 1 + k, 1] - q) <= 1e-12 * q
+        assert abs(r.qab[L + 1 + k, 1] - qab) <= 1e-12 * q
+        assert abs(r.d[L + 1 + k, 1] - d) <= 1e-11 * d

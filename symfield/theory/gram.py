@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import math
+from functools import cached_property
 
 import mpmath
 import numpy as np
@@ -30,7 +31,7 @@ from symfield.core.progress import bar
 from symfield.numeric import gram_near as near
 from symfield.numeric.evaluate import GUARD_DIGITS, NUMPY_MODULES, to_mpf, vectorised
 from symfield.numeric.maps import maps
-from symfield.numeric.layer_pairs import pair_moments
+from symfield.numeric.layer_pairs import T_ORDER, pair_moments, tensor_grid, tensor_moments
 from symfield.symbolic import gaussian as G
 from symfield.symbolic.activation import Activation, activation
 from symfield.symbolic.formula import X
@@ -196,7 +197,18 @@ def wishart(K):
 
 
 # ---------------------------------------------------------------- numbers of one layer
+# Price's theorem for smooth phi, (u, v) ~ N(0, K): d/dq_ab E[f(u) g(v)] = E[f'(u) g'(v)] and
+# d/dq_a E[f(u) g(v)] = E[f''(u) g(v)]/2. C, its gradient in (q_a, q_b, q_ab) and its Hessian (upper
+# triangle in HESS_INDEX order) are E[phi^(a)(u) phi^(b)(v)] for (a, b) in PRICE, times PRICE_SCALE; then
+# m22, m31, m13 (E[psi(u)^i psi(v)^j]): the row TERMS of :meth:`_Eval.layer_terms`.
+HESS_INDEX = ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))
+PRICE = ((0, 0), (2, 0), (0, 2), (1, 1), (4, 0), (2, 2), (3, 1), (0, 4), (1, 3), (2, 2))
+PRICE_SCALE = np.array([1, 1 / 2, 1 / 2, 1, 1 / 4, 1 / 4, 1 / 2, 1 / 4, 1 / 2, 1, 1, 1, 1])
+TERMS = ("C", "dC/dq_a", "dC/dq_b", "dC/dq_ab") + tuple(f"hess {ij}" for ij in HESS_INDEX) + ("m22", "m31", "m13")
+
+
 class _Eval:
+
     """Evaluates the ingredients at Gram points K (rows (aa, bb, ab)), float64 or mpmath at ``dps``."""
 
     def __init__(self, act: Activation, dps):
@@ -223,39 +235,88 @@ class _Eval:
     def F(self, K):
         return [self.one(self.co.psi2, K[0]), self.one(self.co.psi2, K[1]), self.two(self.gm.C, K)]
 
-    def layer_terms(self, K):
-        """F = (<psi_a^2>, <psi_b^2>, C), J/sigma_w2, H/sigma_w2, Sigma and a status per row of K (shape (L, 3))."""
-        L, dt = len(K), K.dtype
-        co, gm = self.co, self.gm
-        psi2 = [self.one(co.psi2, K[:, i]) for i in (0, 1)]
-        d1 = [self.one(co.dpsi2, K[:, i]) for i in (0, 1)]
-        d2 = [self.one(co.d2psi2, K[:, i]) for i in (0, 1)]
-        m4 = [self.one(co.psi4, K[:, i]) for i in (0, 1)]
-        C = self.two(gm.C, K)
-        status = np.zeros(L, dtype=np.int8)
+    def smooth(self) -> bool:
+        """float64, one node, no kinks: the two-input terms by tensor grids (:meth:`_tensor_terms`)."""
+        return not self.dps and not len(self.kk) and (self.act.pool is None or self.act.k == 1)
+
+    @cached_property
+    def _derivs(self):
+        """phi and its first four derivatives, vectorised (float64)."""
+        e = self.act.expr
+        return [vectorised(sp.diff(e, X, n), NUMPY_MODULES) for n in range(5)]
+
+    def _tensor_terms(self, Km):
+        """One row of :meth:`layer_terms`' two-input terms (TERMS) at a 2x2 K for a smooth phi: Price's theorem
+        (PRICE) on the tensor rule of :func:`symfield.numeric.layer_pairs.tensor_grid`, with 4 more nodes per
+        piece as the error estimate; None where the rule declines or the two differ by more than 1e-9 of the
+        largest term."""
+        rows = []
+        for order in (T_ORDER, T_ORDER + 4):
+            g = tensor_grid(Km, order)
+            if g is None:
+                return None
+            x, y, rho = g
+            fx, fy = [f(x) for f in self._derivs], [f(y) for f in self._derivs]
+            E = [fx[a] @ rho @ fy[b] for a, b in PRICE]
+            E += [(fx[0] ** 2) @ rho @ (fy[0] ** 2), (fx[0] ** 3) @ rho @ fy[0], fx[0] @ rho @ (fy[0] ** 3)]
+            rows.append(np.array(E) * PRICE_SCALE / rho.sum())
+        lo, hi = rows
+        return hi if np.abs(hi - lo).max() <= 1e-9 * max(np.abs(hi).max(), 1e-300) else None
+
+    def _quad_terms(self, K):
+        """:meth:`layer_terms`' two-input terms (TERMS) by the maps engine (symbolic derivatives, or finite
+        differences where there are none: status 1 where their estimate exceeds FD_TOL)."""
+        gm, L = self.gm, len(K)
+        R, status = np.zeros((L, len(TERMS)), dtype=K.dtype), np.zeros(L, dtype=np.int8)
+        R[:, 0] = self.two(gm.C, K)
         if gm.grad is not None:
-            gC = np.stack([self.two(e, K) for e in gm.grad], axis=1)
-            hC = np.zeros((L, 3, 3), dtype=dt)
-            for i in range(3):                   # the Hessian is symmetric: each entry evaluated once
-                for j in range(i, 3):
-                    hC[:, i, j] = hC[:, j, i] = self.two(gm.hess[i][j], K)
+            R[:, 1:4] = np.stack([self.two(e, K) for e in gm.grad], axis=1)
+            for n, (i, j) in enumerate(HESS_INDEX):     # the Hessian is symmetric: each entry evaluated once
+                R[:, 4 + n] = self.two(gm.hess[i][j], K)
         else:
             if self.dps:
                 gC, hC, err = _fd_mp(gm.C, self.M.K, self.dps, K)
             else:
                 gC, hC, err = _fd(lambda a, b, c: self.two(gm.C, np.stack([a, b, c], -1)), K)
+            R[:, 1:4] = gC
+            for n, (i, j) in enumerate(HESS_INDEX):
+                R[:, 4 + n] = hC[:, i, j]
             status[err > FD_TOL] = 1
+        R[:, 10], R[:, 11], R[:, 12] = self.two(gm.m22, K), self.two(gm.m31, K), self.two(gm.m13, K)
+        return R, status
+
+    def layer_terms(self, K):
+        """F = (<psi_a^2>, <psi_b^2>, C), J/sigma_w2, H/sigma_w2, Sigma and a status per row of K (shape (L, 3))."""
+        L, dt = len(K), K.dtype
+        co = self.co
+        psi2 = [self.one(co.psi2, K[:, i]) for i in (0, 1)]
+        d1 = [self.one(co.dpsi2, K[:, i]) for i in (0, 1)]
+        d2 = [self.one(co.d2psi2, K[:, i]) for i in (0, 1)]
+        m4 = [self.one(co.psi4, K[:, i]) for i in (0, 1)]
+        if self.smooth():
+            R, status = np.full((L, len(TERMS)), np.nan), np.zeros(L, dtype=np.int8)
+            for n, k in enumerate(K):
+                r = self._tensor_terms(_mat(k))
+                if r is not None:
+                    R[n] = r
+            rest = np.isnan(R).any(axis=1)
+            if rest.any():
+                R[rest], status[rest] = self._quad_terms(K[rest])
+        else:
+            R, status = self._quad_terms(K)
+        C, m22, m31, m13 = R[:, 0], R[:, 10], R[:, 11], R[:, 12]
         J = np.zeros((L, 3, 3), dtype=dt)
         H = np.zeros((L, 3, 3, 3), dtype=dt)
-        J[:, 0, 0], J[:, 1, 1], J[:, 2, :] = d1[0], d1[1], gC
-        H[:, 0, 0, 0], H[:, 1, 1, 1], H[:, 2] = d2[0], d2[1], hC
+        J[:, 0, 0], J[:, 1, 1], J[:, 2, :] = d1[0], d1[1], R[:, 1:4]
+        H[:, 0, 0, 0], H[:, 1, 1, 1] = d2[0], d2[1]
+        for n, (i, j) in enumerate(HESS_INDEX):
+            H[:, 2, i, j] = H[:, 2, j, i] = R[:, 4 + n]
         S = np.zeros((L, 3, 3), dtype=dt)
         S[:, 0, 0], S[:, 1, 1] = m4[0] - psi2[0] ** 2, m4[1] - psi2[1] ** 2
-        m22 = self.two(gm.m22, K)
         S[:, 2, 2] = m22 - C * C
         S[:, 0, 1] = S[:, 1, 0] = m22 - psi2[0] * psi2[1]
-        S[:, 0, 2] = S[:, 2, 0] = self.two(gm.m31, K) - psi2[0] * C
-        S[:, 1, 2] = S[:, 2, 1] = self.two(gm.m13, K) - psi2[1] * C
+        S[:, 0, 2] = S[:, 2, 0] = m31 - psi2[0] * C
+        S[:, 1, 2] = S[:, 2, 1] = m13 - psi2[1] * C
         return np.stack([psi2[0], psi2[1], C], axis=1).astype(dt), J, H, S, status
 
 
@@ -617,9 +678,9 @@ def _run_residual(ev, sw, sb, alpha, q0, depth, params, order=PAIR_ORDER):
 
 
 def _pairs(ev, K, order):
-    """Pair moments for every m < l, and an error estimate: the largest change, relative to the
-    covariances' largest entry (R: that over the increment), when the pairs (0, 1) and (L-2, L-1) (the smallest increments) are redone
-    with ``order + 2`` nodes per piece."""
+    """Pair moments for every m < l (:func:`_pair`), and an error estimate: the largest change, relative to the
+    covariances' largest entry (R: that over the increment), when the pairs (0, 1) and (L-2, L-1) (the smallest
+    increments) are redone with 2 more nodes per piece."""
     phi, dphi = ev.numeric_phi()
     x = np.linspace(-6.0, 6.0, 97) + 1e-3 * np.pi            # off any kink at a simple number
     curved = np.abs(phi(x + 1e-3) - 2 * phi(x) + phi(x - 1e-3)).max() > 1e-9
@@ -628,16 +689,26 @@ def _pairs(ev, K, order):
     pairs = {}
     for l in range(1, depth):
         for m in range(l):
-            pairs[m, l] = pair_moments(_mat(K[m]), _mat(K[l] - K[m]), phi, dphi, ev.kk, order, pan)
+            pairs[m, l] = _pair(ev, _mat(K[m]), _mat(K[l] - K[m]), phi, dphi, order, pan)
             ev.tick()
     err = 0.0
     for m in sorted({0, depth - 2}):
         D = K[m + 1] - K[m]
-        hi, lo = pair_moments(_mat(K[m]), _mat(D), phi, dphi, ev.kk, order + 2, pan), pairs[m, m + 1]
+        hi, lo = _pair(ev, _mat(K[m]), _mat(D), phi, dphi, order, pan, finer=2), pairs[m, m + 1]
         scale = max(np.abs(hi.QPP).max(), np.abs(hi.QPZ).max(), 1e-300)
         err = max(err, np.abs(hi.QPP - lo.QPP).max() / scale, np.abs(hi.QPZ - lo.QPZ).max() / scale,
                   np.abs(hi.R - lo.R).max() / max(np.abs(hi.R).max(), scale / max(D[0], D[1])))
     return pairs, err
+
+
+def _pair(ev, K, D, phi, dphi, order, pan, finer=0):
+    """Pair moments at y ~ N(0, K), Delta ~ N(0, D): the tensor rule for kink-free activations (where K and D
+    are not too strongly correlated for it), else the nested rule; ``finer`` more nodes per piece."""
+    if not len(ev.kk):
+        out = tensor_moments(K, D, phi, dphi, T_ORDER + finer)
+        if out is not None:
+            return out
+    return pair_moments(K, D, phi, dphi, ev.kk, order + finer, pan)
 
 
 def _cross(pairs, A, c, i):

@@ -175,3 +175,30 @@ def test_cli_gram_residual_json(capsys):
     s = 0.25 * 1.5
     want = 2 + np.arange(3) * (4 * s + 2 * s * s) / (1 + s) ** 2
     np.testing.assert_allclose(np.array(out["cov_aa_aa"], float) / np.array(out["K_aa"], float) ** 2, want, rtol=1e-5)
+
+
+def test_tensor_rule_against_the_nested_rule_at_high_order():
+    """Kink-free pairs take the tensor rule (layer_pairs.tensor_moments): against the nested rule at order 18
+    (converged to ~1e-10 here, a different quadrature), at a moderate and a strongly correlated pair."""
+    from symfield.numeric.layer_pairs import tensor_moments
+    dphi = lambda x: 1 / np.cosh(x) ** 2  # noqa: E731
+    cases = [(np.array([[1.0, 0.5], [0.5, 1.0]]), np.array([[0.2, 0.05], [0.05, 0.3]])),
+             (np.array([[2.0, 1.9], [1.9, 2.0]]), np.array([[0.01, 0.009], [0.009, 0.01]]))]
+    for Kc, Dc in cases:
+        t, ref = tensor_moments(Kc, Dc, np.tanh, dphi), pair_moments(Kc, Dc, np.tanh, dphi, order=18)
+        for f in ("QPP", "QPZ", "R"):
+            a, b = getattr(t, f), getattr(ref, f)
+            assert np.abs(a - b).max() <= 1e-8 * np.abs(b).max(), (f, a, b)
+
+
+@pytest.mark.parametrize("act", ["tanh", "gelu"])
+def test_layer_terms_by_price_match_the_symbolic_derivatives(act):
+    """The tensor-grid layer terms (Price's theorem on derivatives of phi) against the maps engine's
+    quadrature of sympy's derivatives of C and of the moments m22, m31, m13."""
+    from symfield.theory.gram import TERMS, _Eval, _mat
+    ev = _Eval(sf.activation(act), None)
+    Ks = np.array([[1.0, 1.0, 0.3], [2.0, 1.5, -1.2], [0.5, 0.5, 0.45], [9.0, 9.0, 8.7]])
+    fast = np.array([ev._tensor_terms(_mat(k)) for k in Ks])
+    slow = ev._quad_terms(Ks)[0]
+    assert fast.shape == (4, len(TERMS))
+    np.testing.assert_allclose(fast, slow, rtol=1e-9, atol=1e-11 * np.abs(slow).max())

@@ -130,10 +130,12 @@ def _point_error(err) -> str:
 PHASE_FLOATS = ("q_star", "c_star", "gamma_star", "slope")
 
 
-def _phase_chunk(act, sw, sb, depth, eoc_tol):
+def _phase_chunk(act, sw, sb, depth, eoc_tol, sw_max=None):
     """One tile of the phase diagram; a tile that raises is recorded (codes -1, NaN values, ``error``
-    on every point of the tile) and the sweep goes on."""
-    from symfield.theory.phase_diagram import phase_diagram
+    on every point of the tile) and the sweep goes on. The neutrality line is drawn up to ``sw_max``
+    (the whole grid's largest sigma_w2), as the whole diagram draws it."""
+    from symfield.symbolic.kernel import kernel
+    from symfield.theory.phase_diagram import neutrality_drawn, phase_diagram
     sw, sb = np.asarray(sw, float), np.asarray(sb, float)
     names = PHASE_FLOATS + (("c_depth", "gamma_depth") if depth is not None else ())
     try:
@@ -145,6 +147,8 @@ def _phase_chunk(act, sw, sb, depth, eoc_tol):
         out["failed"] = np.ones((sw.size, sb.size), bool)
         return out
     out = {k: np.asarray(getattr(pd, k)) for k in ("codes", "eoc", "neutrality") + names}
+    if sw_max is not None and sw_max != sw.max():
+        out["neutrality"] = neutrality_drawn(kernel(act), sb, float(sw_max))
     out["error"] = np.full((sw.size, sb.size), "", dtype=str)
     out["failed"] = np.zeros((sw.size, sb.size), bool)
     return out
@@ -188,7 +192,7 @@ def compute_chunk(kind, spec, payload):
             act = _rebuild(spec)
             if kind == "phase":
                 out = _phase_chunk(act, payload["sigma_w2"], payload["sigma_b2"], payload["depth"],
-                                   payload["eoc_tol"])
+                                   payload["eoc_tol"], payload.get("sw_max"))
             else:
                 out = _line_chunk(kind, act, payload["sigma_b2"], payload["dps"])
         seconds = time.perf_counter() - t0
@@ -278,8 +282,8 @@ def _plan(kind, act, sigma_w2, sigma_b2, dps, chunk, depth, eoc_tol):
         rows, cols = _chunk_arg(chunk, (sw.size, max(1, 4096 // sw.size)), True)
         bounds = [[i, min(i + rows, sw.size), j, min(j + cols, sb.size)]
                   for i in range(0, sw.size, rows) for j in range(0, sb.size, cols)]
-        payloads = [{"sigma_w2": sw[a:b], "sigma_b2": sb[c:d], "depth": depth, "eoc_tol": eoc_tol}
-                    for a, b, c, d in bounds]
+        payloads = [{"sigma_w2": sw[a:b], "sigma_b2": sb[c:d], "depth": depth, "eoc_tol": eoc_tol,
+                     "sw_max": float(sw.max())} for a, b, c, d in bounds]
         params = {"sigma_w2": sw.tolist(), "sigma_b2": sb.tolist(), "depth": depth, "eoc_tol": eoc_tol}
     manifest = {"kind": kind, "activation": spec, "params": params, "chunks": bounds}
     return manifest, payloads, name

@@ -93,6 +93,17 @@ def _axis(name, v):
     return np.atleast_1d(arr).astype(float)
 
 
+def neutrality_drawn(K, sb_axis, sw_max):
+    """The neutrality line at each sigma_b2 of the axis where it is drawn: sigma_w2 <= sw_max (NaN beyond, at
+    sigma_b2 = 0 and where there is none). Bounding it keeps its bracket at the diagram's q, not at the
+    q of sigma_w2 = 50, which lies far above the shipped tables for bounded phi."""
+    neut = np.full(sb_axis.shape, np.nan)
+    pos = sb_axis > 0
+    if pos.any() and sw_max > 0:
+        neut[pos] = neutrality_line(K, sb_axis[pos], sw_max)[0]
+    return neut
+
+
 def _normed_diagram(K, opts, W, B, sb_axis, depth, tol):
     """Fields of a phase diagram under a normalisation: all points at once by :func:`symfield.theory.norm.normed_phases`,
     the edge of chaos per sigma_b2 (LayerNorm before phi: the ray sigma_w2 = sigma_b2/ratio), no
@@ -168,10 +179,7 @@ def phase_diagram(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLik
             continue  # no EOC at this sigma_b2 (e.g. x erf(x) at sigma_b2 = 0)
         if 0 < qe < np.inf:
             stable[i] = q_slope(K, eoc[i], qe) <= 1
-    neut = np.full(sb_axis.shape, np.nan)
-    pos = sb_axis > 0
-    if pos.any() and sw_axis.max() > 0:      # the line where it is drawn: sigma_w2 up to the axis' largest
-        neut[pos] = neutrality_line(K, sb_axis[pos], float(sw_axis.max()))[0]
+    neut = neutrality_drawn(K, sb_axis, float(sw_axis.max()))
     c_d = g_d = None
     if depth is not None:
         r = propagate(K.act, W, B, depth, layers=[depth])

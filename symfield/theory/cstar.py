@@ -113,16 +113,17 @@ def c_star_f64(K, sw, sb, qs=None):
     return out, qs
 
 
-CHI1_MARGIN = 1e-9   # chi1 <= 1 - this: c* = 1 without a scan (single node or avg-pool, c^(1) >= 0)
+CHI1_MARGIN = 1e-9   # chi1 <= 1 - this: c* = 1 without a scan (c^(1) >= 0)
 
 
 def _ordered_to_one(K, M, sw, qs, finite, c1, g1):
-    """Points whose c* is 1 by convexity, no scan needed. At equal norms C(q, q, c q) = sum_n a_n c^n with
-    a_n >= 0 (Mehler: a_n = q^n E[phi^(n)]^2/n!), for one node and for an average of nodes, so
-    g(c) = f(c) - c is convex on [0, 1] with g(1) = 0 at q*. If g'(1) = chi1 - 1 < 0 and g(c^(1)) > 0,
-    g has no root in [c^(1), 1) and the recursion climbs to 1. Max-pools keep the scan."""
-    if K.act.pool == "max" and K.act.k > 1:
-        return np.zeros(sw.shape, bool)
+    """Points whose c* is 1 by convexity, no scan needed. At equal norms the k nodes of a pool see
+    (u_i, v_i) independent across i, each pair at correlation c, so Mehler's formula factorises over the
+    nodes: C(q, q, c q) = E[psi(u) psi(v)] = sum_alpha c^|alpha| q^|alpha| E[d^alpha psi]^2/alpha! (multi-index
+    alpha over the k nodes), nonnegative coefficients for one node, an average and a max alike. So
+    g(c) = f(c) - c is convex on [0, 1] with g(1) = 0 at q*, and its slope at c = 1 (one-sided for a max of a
+    non-monotone phi, where C - C(1) has a (1 - c)^(3/2) term) is chi1 - 1, chi1 = sigma_w2 E[psi'^2].
+    If chi1 < 1 and g(c^(1)) > 0, g has no root in [c^(1), 1) and the recursion climbs to 1."""
     ok = finite & (c1 >= 0) & (g1 > G_TOL)
     if not ok.any():
         return ok

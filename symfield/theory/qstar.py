@@ -121,7 +121,7 @@ def q_star_brackets(K, sw, sb, q1):
     kind, lo, hi = np.full(n, 2), np.full(n, math.nan), np.full(n, math.nan)
     kind[~(q1 > 0)] = 0
     with np.errstate(invalid="ignore", over="ignore"):
-        g1 = _g_float(F, sw, sb, np.where(np.isfinite(q1), q1, 1.0))
+        g1 = _g_float(F, sw, sb, np.where(np.isfinite(q1) & (q1 > 0), q1, 1.0))   # q^(1) = 0: q* = 0, g unused
     bad = (q1 > 0) & ~(np.isfinite(q1) & np.isfinite(g1))
     kind[bad] = -1
     live = np.nonzero((q1 > 0) & ~bad)[0]

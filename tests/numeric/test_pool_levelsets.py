@@ -572,3 +572,15 @@ def test_two_dimensional_against_float64_and_monte_carlo(name, phi, dphi):
         assert abs(got - est) <= TOL["mc_sigmas_strict"] * se, (m, got, est, se)
 
 
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_non_monotone_max_pool_at_q_zero():
+    """q = 0: every node is 0, psi = max(gelu(0), gelu(0)) = 0, so V(0) = 0 in float64 and at dps (the
+    phase diagram's sigma_w2 = 0 column asks for it; it raised ZeroDivisionError at dps)."""
+    from symfield.numeric.maps import maps       # noqa: PLC0415
+    from symfield.symbolic.kernel import kernel  # noqa: PLC0415
+    K = kernel(sf.activation("gelu", pool="max", k=2))
+    v = maps(K).V(np.array([0.0, 1e-3]))
+    assert v[0] == 0 and 0 < v[1] < 1e-3
+    assert maps(K, dps=20).V(0) == 0

@@ -376,7 +376,8 @@ def test_eoc_homogeneous_dps_and_curve_agree_with_phase():
     assert sf.phase(act, 1.6, 0.3) == "edge-of-chaos" and sf.phase(act, 1.59, 0.3) == "ordered-deep-prejudice"
 
 
-@pytest.mark.parametrize("act", ["tanh", "erf", "sin", "gelu", "softplus", ("tanh", "avg")])
+@pytest.mark.parametrize("act", ["tanh", "erf", "sin", "gelu", "softplus", ("tanh", "avg"), ("tanh", "max"),
+                                 ("relu", "max")])
 def test_c_star_one_by_convexity_matches_the_scan(act, monkeypatch):
     """Points with chi1 < 1 get c* = 1 without a scan (C(q, q, c q) has nonnegative Taylor coefficients in c,
     so f(c) - c is convex on [0, 1]); the scan, run on the same points, finds no root before 1 either."""
@@ -394,3 +395,15 @@ def test_c_star_one_by_convexity_matches_the_scan(act, monkeypatch):
     monkeypatch.setattr(cstar, "_ordered_to_one", lambda K, M, sw, *a: np.zeros(sw.shape, bool))
     slow, _ = cstar.c_star_f64(K, sw, sb)
     np.testing.assert_array_equal(fast, slow)
+
+
+def test_max_pool_slope_at_c_one_is_chi1_for_a_non_monotone_phi():
+    """The convexity shortcut for max-pools rests on dC/dc at c = 1 being q E[psi'^2] (dpsi2) also where the
+    argmax jumps between branches (gelu, non-monotone). C(1) - C(1 - h) = q dpsi2 h + a h^(3/2) + ...: the
+    difference quotients of the 4-D level-set rule at h and h/100, extrapolated in sqrt(h), meet the 1-D dpsi2."""
+    M = maps(kernel(sf.activation("gelu", pool="max", k=2)))
+    for q in (0.3, 2.0):
+        c0 = float(M.C_eq(q, 1.0))
+        d = [(c0 - float(M.C_eq(q, 1 - h))) / (h * q) for h in (1e-5, 1e-7)]
+        assert abs((10 * d[1] - d[0]) / 9 / float(M.dpsi2(q)) - 1) < 2e-5
+        assert abs(d[1] / float(M.dpsi2(q)) - 1) > 1e-5      # the sqrt(h) term is there: not a trivial check

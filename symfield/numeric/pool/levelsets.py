@@ -985,6 +985,8 @@ def argmax_expect1_mp(f, phi, dphi, q, k, lv, dps, scale=0):
     """E[f(u_A)] at dps digits (mpmath): panels as in the float64 rule, tanh-sinh on each; error <= 10^-dps
     max(|value|, scale) (scale: a natural scale such as sqrt(E f(u_A)^2) when the value may vanish)."""
     q = mpmath.mpf(q)
+    if q == 0:                   # every node is 0: u_A = 0
+        return f(q)
     s = mpmath.sqrt(q)
     L = mpmath.sqrt(2 * (dps + 6) * mpmath.log(10)) + 1
     mlv = LevelsMP(lv, phi, dphi, L * s)

@@ -29,7 +29,7 @@ from symfield.reports.bench_cold import C_oracle, dpsi2_mp, V_mp
 from symfield.symbolic.activation import activation
 from symfield.symbolic.kernel import kernel
 
-SHIP = ("tanh", "gelu", "silu", "softplus", "mish", "sigmoid", "elu", "relu+max2", "tanh+max2", "gelu+max2")
+SHIP = ("tanh", "gelu", "silu", "softplus", "mish", "sigmoid", "elu", "relu+max2", "tanh+max2")
 VALIDATE = 5
 PROMISE = 1e-12
 MANIFEST = "MANIFEST.json"

@@ -86,33 +86,51 @@ def _neutral_cutoff(K):
 def neutrality_line(K, sigma_b2, sigma_w2_max=50.0):
     """float64 neutrality line of kernel K for a 1-D array sigma_b2 > 0, by eliminating sigma_w2
     (c* = 1/2 known): on the q* equation, q > sigma_b2, solve h(q) = 0 of :func:`neutral_residual`;
-    h -> 1/2 > 0 as q -> sigma_b2+. The bracket grows q by 2 until h < 0 (NaN where sigma_w2(q)
-    passes sigma_w2_max or q passes Q_MAX first, or the root's sigma_w2 is above sigma_w2_max). Then 1/2 must be the stable c* reached from c1
-    (checked; NaN otherwise). Returns (sigma_w2, q*)."""
+    h -> 1/2 > 0 as q -> sigma_b2+. The bracket steps q over the powers of 2 above sigma_b2 until h < 0
+    (NaN where sigma_w2(q) passes sigma_w2_max or q passes Q_MAX or the cutoff first, or the root's
+    sigma_w2 is above sigma_w2_max). The steps are shared by every sigma_b2: h(q) = rho(q) - 1/2 +
+    (sigma_b2/q)(1 - rho(q)) with rho = C(q, q, q/2)/V(q), so one rho per power of 2 brackets all of them
+    (a map evaluation per step, not per step and sigma_b2). Then 1/2 must be the stable c* reached from
+    c1 (checked; NaN otherwise). Returns (sigma_w2, q*)."""
     N = maps(K)
     sb = np.asarray(sigma_b2, float)
     if no_neutrality(K, N):
         return np.full(sb.shape, np.nan), np.full(sb.shape, np.nan)
 
-    cutoff = _neutral_cutoff(K)
-
     def parts(qv, j):
         return neutral_residual(N, qv, sb[j])
 
     n = sb.size
-    lo = sb * (1 + 1e-9)
-    hlo = parts(lo, np.arange(n))[1]
-    hi, hhi = lo.copy(), hlo.copy()
-    live = hhi > 0
-    failed = ~live
+    base = sb * (1 + 1e-9)
+    top = min(Q_MAX, _neutral_cutoff(K))
+    lo, hi, hlo, hhi = base.copy(), np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+    failed = ~(np.isfinite(base) & (base > 0))
+    live = ~failed
+    e = math.floor(math.log2(base[live].min())) if live.any() else 0
     while live.any():
-        j = np.nonzero(live)[0]
-        lo[j], hlo[j] = hi[j], hhi[j]
-        hi[j] *= 2
-        sw, hhi[j] = parts(hi[j], j)
-        out_of_range = ((sw > sigma_w2_max) & (hhi[j] > 0)) | (hi[j] > min(Q_MAX, cutoff)) | ~np.isfinite(hhi[j])
-        failed[j[out_of_range]] = True
-        live[j] = ~out_of_range & (hhi[j] > 0)
+        e += 1
+        qe = 2.0 ** e
+        if qe > top:
+            failed[live] = True
+            break
+        j = np.nonzero(live & (base < qe))[0]
+        if not j.size:
+            continue
+        v, c = float(N.V(np.array([qe]))[0]), float(N.C_eq(np.array([qe]), 0.5)[0])
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            sw = (qe - sb[j]) / v
+            h = (sw * c + sb[j]) / qe - 0.5
+        out = ((sw > sigma_w2_max) & (h > 0)) | ~np.isfinite(h)
+        failed[j[out]] = True
+        live[j[out]] = False
+        cross, climb = ~out & (h <= 0), ~out & (h > 0)
+        hi[j[cross]], hhi[j[cross]] = qe, h[cross]
+        live[j[cross]] = False
+        lo[j[climb]], hlo[j[climb]] = qe, h[climb]
+    first = np.nonzero(~failed & np.isnan(hlo))[0]       # bracket [sigma_b2+, 2^e]: h there, per sigma_b2
+    if first.size:
+        hlo[first] = parts(lo[first], first)[1]
+        failed[first[~(hlo[first] > 0)]] = True
     qs = np.full(n, np.nan)
     j = np.nonzero(~failed)[0]
     if j.size:

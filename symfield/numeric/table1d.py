@@ -31,7 +31,7 @@ FIT = "dct2"    # coefficients by symfield.numeric.chebyshev (part of the cache 
 
 class Table1D:
     """f(q) on (0, inf): Chebyshev panels in log2 q inside [2^P_LO, 2^P_HI], f itself outside."""
-    BUILD_EVALS = 4e4    # evaluations of f a build takes (about (P_HI - P_LO) panels x 31 nodes x refinements)
+    BUILD_EVALS = 5e3    # evaluations of f a build takes: (P_HI - P_LO) panels x 31 nodes = 2480 for a smooth f, x 2 for splits
 
     @classmethod
     def cached(cls, f, key, ship=None):

@@ -151,7 +151,7 @@ class Maps:
             tab, refused = Table1D.cached(self._direct[name], key, shipped_1d_name(K, name))
             rent = self._rent1d[name]
             # a refused (damaged) file was built by a process that found it worth building: rebuilt at once
-            if tab is None and (refused or self.method == "table" or rent.worth(n, Table1D.BUILD_EVALS * rent.per_eval)):
+            if tab is None and (refused or self.method == "table" or rent.worth(n + self._ahead, Table1D.BUILD_EVALS * rent.per_eval)):
                 tab = Table1D(self._direct[name], key=key, ship=shipped_1d_name(K, name), load=False)
             if tab is None:
                 self.how[name] = "quadrature (1-D table not yet worth building)"
@@ -290,7 +290,8 @@ class Maps:
 
     def plan(self, n_evals: int) -> None:
         """Announce about ``n_evals`` table lookups to come (a scan over a grid). Rent or buy with the future
-        known: compiling the table module at once is chosen when those lookups as plain Python would cost more."""
+        known: compiling the table module, or building a 1-D table of V or E[psi'^2], at once is chosen when
+        those evaluations as plain Python or quadrature would cost more."""
         self._ahead = max(self._ahead, int(n_evals))
 
     def C(self, q1, q2, q12):

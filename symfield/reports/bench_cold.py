@@ -312,19 +312,76 @@ def _phi_mp(act):
     return sp.lambdify(xs, expr, "mpmath"), sp.lambdify(xs, d1, "mpmath"), tuple(kinks(expr))
 
 
+def _valley(act):
+    """(m, t0) of a phi with one valley (decreasing, then increasing; e.g. gelu, silu, mish): its minimum m
+    and the t0 > m where phi(t0) = phi(-inf) (the sublevel set stops being bounded below), from a sampled
+    sign change of phi' refined in mpmath. InvalidValue for any other non-monotone phi."""
+    phi, dphi, _ = _phi_mp(act)
+    xs = np.linspace(-20.0, 20.0, 4001)
+    d = np.array([float(dphi(mpmath.mpf(x))) for x in xs])
+    xs, d = xs[d != 0], d[d != 0]       # phi' underflows to 0 far out
+    flips = np.nonzero(np.diff(np.sign(d)) != 0)[0]
+    if flips.size != 1 or not d[flips[0]] < 0 < d[flips[0] + 1]:
+        raise InvalidValue(f"The cold-suite oracle of a max-pool needs phi monotone or with one valley. "
+                           f"Got {act.name!r} instead.")
+    m = mpmath.findroot(dphi, (mpmath.mpf(xs[flips[0]]), mpmath.mpf(xs[flips[0] + 1])), solver="anderson")
+    low = phi(mpmath.mpf(-60))
+    t0 = mpmath.findroot(lambda x: phi(x) - low, (m, mpmath.mpf(60)), solver="anderson") if phi(mpmath.mpf(60)) > low else None
+    return m, t0
+
+
 def _weight(act, q):
-    """Density factor of the pooled node: k Phi(t/sqrt q)^(k-1) for max-k, 1 otherwise."""
+    """Density factor of the pooled node: k G(phi(t))^(k-1) for max-k, G(a) = P(phi(u) <= a), u ~ N(0, q):
+    Phi(t/sqrt q) for a non-decreasing phi; for a phi with one valley (:func:`_valley`) the sublevel set
+    [l, r] with one end t and the other the mirror point on the other branch (mpmath root); 1 unpooled."""
     if act.pool == "max":
+        from symfield.symbolic.activation import is_monotone
         s = mpmath.sqrt(q)
-        return lambda t: act.k * mpmath.ncdf(t / s) ** (act.k - 1)
+        if is_monotone(act.single.expr):
+            return lambda t: act.k * mpmath.ncdf(t / s) ** (act.k - 1)
+        phi, _, _ = _phi_mp(act)
+        m, _ = _valley(act)
+        B = 60 * (s + 1)
+        lo_end, hi_end = phi(-B), phi(B)
+
+        def mirror(a, lo, hi):      # bisection on a monotone branch: phi(lo) - a and phi(hi) - a differ in sign
+            up = phi(hi) > phi(lo)
+            for _ in range(4 * mpmath.mp.prec):
+                mid = (lo + hi) / 2
+                if (phi(mid) < a) == up:
+                    lo = mid
+                else:
+                    hi = mid
+                if hi - lo <= mpmath.eps * (1 + abs(mid)):
+                    break
+            return (lo + hi) / 2
+
+        def w(t):
+            a = phi(t)
+            if t >= m:
+                l, r = (-mpmath.inf if a >= lo_end else mirror(a, -B, m)), t
+            else:
+                l, r = t, (mpmath.inf if a >= hi_end else mirror(a, m, B))
+            return act.k * (mpmath.ncdf(r / s) - mpmath.ncdf(l / s)) ** (act.k - 1)
+        return w
     if act.pool is None:
         return lambda t: 1
     raise InvalidValue(f"The 'act' parameter of the cold-suite oracle must be unpooled or max-pooled. Got {act.name!r} instead.")
 
 
+def _valley_kinks(act):
+    """Where the max-pool weight of a one-valley phi is not smooth: its minimum and t0 (:func:`_valley`)."""
+    if act.pool != "max":
+        return ()
+    from symfield.symbolic.activation import is_monotone
+    if is_monotone(act.single.expr):
+        return ()
+    return tuple(float(x) for x in _valley(act) if x is not None)
+
+
 def V_mp(act, q, dps, extra=()):
     phi, _, kk = _phi_mp(act)
-    kk = tuple(sorted(set(kk) | set(extra)))
+    kk = tuple(sorted(set(kk) | set(extra) | set(_valley_kinks(act))))
     if act.pool == "avg":       # psi = mean of k iid phi(u_j): V = (E[phi^2] + (k - 1) E[phi]^2)/k
         m = mp_expect1(phi, q, kk, dps)
         return (mp_expect1(lambda t: phi(t) ** 2, q, kk, dps) + (act.k - 1) * m * m) / act.k
@@ -334,6 +391,7 @@ def V_mp(act, q, dps, extra=()):
 
 def dpsi2_mp(act, q, dps):
     _, dphi, kk = _phi_mp(act)
+    kk = tuple(sorted(set(kk) | set(_valley_kinks(act))))
     if act.pool == "avg":       # sum_j (phi'(u_j)/k)^2: E[phi'^2]/k
         return mp_expect1(lambda t: dphi(t) ** 2, q, kk, dps) / act.k
     w = _weight(act, q)

@@ -46,6 +46,11 @@ def c_star_f64(K, sw, sb, qs=None):
     M = maps(K)
     sw, sb = np.asarray(sw, float), np.asarray(sb, float)
     qs = q_star_points(maps(K), sw, sb) if qs is None else qs
+    same = _limit_twins(K, M, sw, sb, qs)
+    if same is not None:           # one scan per distinct limit problem, shared by its twins
+        keep, rep = same
+        c, _ = c_star_f64(K, sw[keep], sb[keep], qs[keep])
+        return c[rep], qs
     finite = (qs > 0) & (qs < math.inf)
     L, at_inf = at_infinity(K, qs)
     qe = np.where(finite, qs, np.where(at_inf, 1.0, limit_q(K, qs)))
@@ -111,6 +116,28 @@ def c_star_f64(K, sw, sb, qs=None):
     if j.size:
         out[j] = vroot(lambda x, k: g(x, j[k]), lo[j], hi[j], glo[j], ghi[j])
     return out, qs
+
+
+def _limit_twins(K, M, sw, sb, qs):
+    """Rows at q* = 0 or inf (not descended) solve the same limit c-map g(c) = C(q, q, c q)/V(q) - c at the
+    same q (limit_q or the limit kernel's q = 1), whatever sigma_w2 and sigma_b2: their c* depends on
+    (q*, c^(1)) only (c^(1) = sigma_b2/(sigma_w2 + sigma_b2); sigma_w2 = 0 is c^(1) itself). Returns (rows to
+    solve, index of each row's representative among them), or None when every row is distinct."""
+    lim = (qs == 0) | (qs == math.inf)
+    if lim.sum() < 2:
+        return None
+    c1 = np.where(sw + sb > 0, sb / np.where(sw + sb > 0, sw + sb, 1.0), 0.0)
+    if _descent_cheap(K, M):       # q* = 0 rows descend from layer 1 (sigma_w2 matters): no twins among them
+        lim &= ~((qs == 0) & (sw > 0))
+    key = np.stack([np.where(lim, qs, np.nan), np.where(lim, c1, np.arange(qs.size)), sw == 0], axis=1)
+    key[~lim, 0] = -1.0
+    uniq, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    if uniq.shape[0] == qs.size:
+        return None
+    keep = np.sort(first)
+    pos = np.empty(qs.size, int)
+    pos[keep] = np.arange(keep.size)
+    return keep, pos[first[inv.ravel()]]
 
 
 CHI1_MARGIN = 1e-9   # chi1 <= 1 - this: c* = 1 without a scan (c^(1) >= 0)

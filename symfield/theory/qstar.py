@@ -157,12 +157,17 @@ def q_star_brackets(K, sw, sb, q1):
     return kind, lo, hi
 
 
+Q_EVALS = 40    # V evaluations per point of a q* solve (bracket doubling and the root's iterations), about
+
+
 def q_star_points(N, sw, sb, q1=None):
     """q* for 1-D arrays sw, sb of N's numbers: the fixed point of g(q) = sw V(q) + sb - q that the
     layer recursion reaches from q^(1) (default sw + sb: input norm q0 = 1), located in float64 by
     :func:`q_star_brackets` and solved in N's numbers on that bracket; 0 or inf where the
     recursion goes there."""
     fw, fb = np.array([float(v) for v in sw]), np.array([float(v) for v in sb])
+    if hasattr(N, "plan"):      # the rent-or-buy rule of a 1-D table of V, told the solve's evaluations up front
+        N.plan(fw.size * Q_EVALS)
     kind, lo, hi = q_star_brackets(N.K, fw, fb, fw + fb if q1 is None else np.asarray(q1, float))
     out = N.ctx.full(sw.size, math.nan)
     out[kind == 0] = N.ctx.zero

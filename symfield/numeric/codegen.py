@@ -11,7 +11,8 @@ never rewritten; before import its bytes are checked against that name and the v
 compiled (a bad file is moved aside and rewritten). numba's own cache files are checked before numba
 reads them (:mod:`symfield.numeric.numba_cache`). Only the functions of the printer's table are printable
 (:data:`NumbaPrinter._kf`); anything else raises NotPrintable naming it. Square-root radicands are clamped
-at 0 (on the maps' domain they are >= 0 exactly, so a negative value is rounding); q1 q2 - q12^2 is printed
+at 0 (on the maps' domain they are >= 0 exactly, so a negative value is rounding), and b^(k + 1/2) is printed as
+b^k sqrt(b) (a few ulps, no pow call); q1 q2 - q12^2 is printed
 as ``_gram_sqrt`` (no overflow for q up to ~1e308). This module never imports numba at import time.
 """
 from __future__ import annotations
@@ -68,7 +69,9 @@ class NumbaPrinter(PythonCodePrinter):
                 return root
             if e == -sp.S.Half:
                 return f"(1.0/{root})"
-            return f"({base}**({self._print(e)}))"
+            k = abs(e.p) // 2           # b^(k + 1/2) = b^k sqrt(b): a sqrt and k products, not a pow call
+            half = f"({base}**{k}*{root})" if k > 1 else f"({base}*{root})"
+            return half if e > 0 else f"(1.0/{half})"
         return super()._print_Pow(expr, rational=rational)
 
     def _print_Max(self, expr):

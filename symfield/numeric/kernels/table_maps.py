@@ -202,7 +202,12 @@ def D(M, q1, q2, q12, d):
 
 
 @njit(inline="always", **OPTS)
-def ntk_maps(N, q, q12, d):
+def P(N, q):
+    return math.nan
+
+
+@njit(inline="always", **OPTS)
+def ntk_maps(N, p, q, q12, d):
     return math.nan, math.nan, math.nan
 
 

@@ -55,6 +55,14 @@ def DT_eq(q, d):
     raise NotImplementedError
 
 
+def CT_expr(q1, q2, q12):      # (C_expr, T_expr) printed side by side
+    raise NotImplementedError
+
+
+def DDT_eq(q, d):              # (D_eq, DT_eq) printed side by side
+    raise NotImplementedError
+
+
 # ---- compiled ----
 @njit(inline="always", **OPTS)
 def V(M, q):
@@ -115,8 +123,30 @@ def ntk_maps(N, p, q, q12, d):
                 s += GL_W[i] * T2_expr(q, q, q - GL_T[i] * d / 2)
         dt = d / 2 * s
         return p, p - dt, dt
-    if DT_MODE == 2 and d <= 0.5 * (q + q):    # c >= 1/2 by the layer maps' own test: one branch for both
+    if DT_MODE == 2 and d <= q:
         dt = DT_eq(q, d) / DT_DIV
         return p, p - dt, dt
     t = T_expr(q, q, q12)
     return p, t, p - t
+
+
+@njit(inline="always", **OPTS)
+def joint_maps(M, N, va, p, q, q12, d):
+    """(C, D, T, dT) at equal norms q, va = V(q), p = P(q): the layer's maps (C or D by c >= 1/2, the other one derived,
+    as layer_maps) and ntk_maps, with the printed pairs CT_expr = (C, T) and DDT_eq = (D, D[phi']) where both are
+    needed (the same numbers as each by itself)."""
+    if d <= 0.5 * (q + q):
+        if DT_MODE == 2:
+            dv, dt = DDT_eq(q, d)
+            dt = dt / DT_DIV
+            return 0.5 * (va + va - dv), dv, p - dt, dt
+        dv = D(M, q, q, q12, d)
+        _, t, dt = ntk_maps(N, p, q, q12, d)
+        return 0.5 * (va + va - dv), dv, t, dt
+    if DT_MODE == 1 and d <= DT_SMALL * max(q, 1.0):
+        cv = C(M, q, q, q12)
+        _, t, dt = ntk_maps(N, p, q, q12, d)
+    else:
+        cv, t = CT_expr(q, q, q12)
+        dt = p - t
+    return cv, va + va - 2.0 * cv, t, dt

@@ -14,7 +14,7 @@
     LayerNorm after phi (norm 2):   q' = sigma_w2 + sigma_b2, q12' = sigma_w2 c_hat + sigma_b2, d' = 2 sigma_w2 (1 - c_hat)
 
 (docs/theory.md sections 1, 2, 7, 8, 12 and 13). The maps V(M, q), C(M, q1, q2, q12), D(M, q1, q2, q12, d),
-in_domain(M, qa, qb, qab) and the NTK's P(N, q), ntk_maps(N, p, q, q12, d) = (P, T, dT) are globals of whatever
+in_domain(M, qa, qb, qab) and the NTK's P(N, q), joint_maps(M, N, V, P, q, q12, d) = (C, D, T, dT) are globals of whatever
 runs this code: the generated module (closed forms, or the table maps of :mod:`.table_maps`, with M their
 data), or :func:`symfield.numeric.codegen.step_functions` (NumPy quadrature, mpmath). The stand-ins below
 only name them for readers and linters.
@@ -49,7 +49,7 @@ def P(N, q):               # stand-in: E[psi'^2](q)
     raise NotImplementedError
 
 
-def ntk_maps(N, p, q, q12, d):   # stand-in: (P, T, dT) = (p, dC/dq12 (q, q, q12), P - T), p = P(N, q), d = 2 (q - q12)
+def joint_maps(M, N, va, p, q, q12, d):   # stand-in: (C, D, T, dT) at equal norms, va = V(q), p = P(N, q)
     raise NotImplementedError
 
 
@@ -101,13 +101,21 @@ def layer_step(qa, qb, qab, dd, sw, sb, alpha2, residual, general, M):
 
 
 @njit(inline="always", **OPTS)
-def ntk_step(qa, qab, dd, p, taa, tab, dth, fa, fab, fd, sw, alpha2, residual, N):
-    """The NTK's layer l -> l+1 at equal norms (module docstring), from layer l's kernel (qa, qab, dd), p = P(qa), its
+def ntk_layer(qa, qab, dd, va, p, sw, sb, M, N):
+    """:func:`layer_maps` at equal norms (general False) and the NTK's maps (P, T, dT) at layer l's kernel
+    (qa, qab, dd), given va = V(qa) and p = P(qa): joint_maps evaluates C and T, D and dT side by side, so the
+    compiled code computes the terms they share once."""
+    cv, dv, t, dt = joint_maps(M, N, va, p, qa, qab, dd)
+    return sw * va + sb, sw * va + sb, sw * cv + sb, sw * dv, p, t, dt
+
+
+@njit(inline="always", **OPTS)
+def ntk_step(p, t, dt, taa, tab, dth, fa, fab, fd, sw, alpha2, residual):
+    """The NTK's layer l -> l+1 at equal norms (module docstring), from the maps (P, T, dT) at layer l's kernel, its
     (Theta_aa, Theta_ab, d_Theta) and the NNGP map's (fa, fab, fd) = (sigma_w2 V + sigma_b2, sigma_w2 C + sigma_b2,
     sigma_w2 D)."""
     g = alpha2 if residual else 1.0
     s = 1.0 if residual else 0.0
-    p, t, dt = ntk_maps(N, p, qa, qab, dd)
     a_aa = s + g * sw * p
     a_ab = s + g * sw * t
     return a_aa * taa + g * fa, a_ab * tab + g * fab, a_aa * dth + g * (fd + 2.0 * sw * dt * tab)
@@ -232,15 +240,19 @@ def _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, inputs, alpha2,
                     if ntk:
                         memo[j, 2] = P(N, a)
                 after = norm == 2          # one inlined copy of the maps: the plain step at (1, 0), then c_hat
-                f = layer_maps(a, b, ab, d, memo[j, 1], 1.0 if after else sw[i0 + j], 0.0 if after else sb[i0 + j],
-                               general and not after, M)
+                if ntk:
+                    fa, fb, fab, fd, p, t, dt = ntk_layer(a, ab, d, memo[j, 1], memo[j, 2], sw[i0 + j], sb[i0 + j],
+                                                           M, N)
+                    th[j, 0], th[j, 1], th[j, 2] = ntk_step(p, t, dt, th[j, 0], th[j, 1], th[j, 2], fa, fab, fd,
+                                                            sw[i0 + j], alpha2, residual)
+                    f = (fa, fb, fab, fd)
+                else:
+                    f = layer_maps(a, b, ab, d, memo[j, 1], 1.0 if after else sw[i0 + j],
+                                   0.0 if after else sb[i0 + j], general and not after, M)
                 if after:
                     k = 0 if layer == 2 else 2
                     f = ln_after(f[2], f[3], near(d, a, a), sw[i0 + j], sb[i0 + j], aux[i0 + j, k], aux[i0 + j, k + 1])
                 else:
-                    if ntk:
-                        th[j, 0], th[j, 1], th[j, 2] = ntk_step(a, ab, d, memo[j, 2], th[j, 0], th[j, 1], th[j, 2],
-                                                                f[0], f[2], f[3], sw[i0 + j], alpha2, residual, N)
                     if residual:
                         f = (a + alpha2 * f[0], b + alpha2 * f[1], ab + alpha2 * f[2], d + alpha2 * f[3])
                 qa[j], qb[j], qab[j], dd[j] = f

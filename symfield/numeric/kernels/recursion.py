@@ -14,7 +14,7 @@
     LayerNorm after phi (norm 2):   q' = sigma_w2 + sigma_b2, q12' = sigma_w2 c_hat + sigma_b2, d' = 2 sigma_w2 (1 - c_hat)
 
 (docs/theory.md sections 1, 2, 7, 8, 12 and 13). The maps V(M, q), C(M, q1, q2, q12), D(M, q1, q2, q12, d),
-in_domain(M, qa, qb, qab) and the NTK's ntk_maps(N, q, q12, d) = (P, T, dT) are globals of whatever
+in_domain(M, qa, qb, qab) and the NTK's P(N, q), joint_maps(M, N, V, P, q, q12, d) = (C, D, T, dT) are globals of whatever
 runs this code: the generated module (closed forms, or the table maps of :mod:`.table_maps`, with M their
 data), or :func:`symfield.numeric.codegen.step_functions` (NumPy quadrature, mpmath). The stand-ins below
 only name them for readers and linters.
@@ -45,7 +45,11 @@ def in_domain(M, qa, qb, qab):   # stand-in
     raise NotImplementedError
 
 
-def ntk_maps(N, q, q12, d):   # stand-in: (P, T, dT) = (E[psi'^2](q), dC/dq12 (q, q, q12), P - T), d = 2 (q - q12)
+def P(N, q):               # stand-in: E[psi'^2](q)
+    raise NotImplementedError
+
+
+def joint_maps(M, N, va, p, q, q12, d):   # stand-in: (C, D, T, dT) at equal norms, va = V(q), p = P(N, q)
     raise NotImplementedError
 
 
@@ -66,12 +70,12 @@ def first_layer(qa0, qb0, qab0, d0, sw, sb):
 
 
 @njit(inline="always", **OPTS)
-def layer_maps(qa, qb, qab, dd, sw, sb, general, M):
-    """Layer l >= 2 without the residual: (sigma_w2 V(qa) + sigma_b2, .. V(qb) .., sigma_w2 C + sigma_b2, sigma_w2 D).
+def layer_maps(qa, qb, qab, dd, va, sw, sb, general, M):
+    """Layer l >= 2 without the residual, given va = V(qa): (sigma_w2 va + sigma_b2, .. V(qb) .., sigma_w2 C + sigma_b2,
+    sigma_w2 D).
     One 2-D map per layer: for c >= 1/2 the distance map D and C = (V(qa) + V(qb) - D)/2, else the covariance
     map C and D = V(qa) + V(qb) - 2C -- each derived one without cancellation where it is used. With general
     False the inputs have equal norm (qb = qa): V(qb), C's and D's q2 reuse qa."""
-    va = V(M, qa)
     if general:
         q2 = qb
         vb = V(M, qb)
@@ -90,20 +94,28 @@ def layer_maps(qa, qb, qab, dd, sw, sb, general, M):
 @njit(inline="always", **OPTS)
 def layer_step(qa, qb, qab, dd, sw, sb, alpha2, residual, general, M):
     """Layer l >= 2 (:func:`layer_maps`; residual: q + alpha^2 times the map, likewise q12 and d)."""
-    fa, fb, fab, fd = layer_maps(qa, qb, qab, dd, sw, sb, general, M)
+    fa, fb, fab, fd = layer_maps(qa, qb, qab, dd, V(M, qa), sw, sb, general, M)
     if residual:
         return qa + alpha2 * fa, qb + alpha2 * fb, qab + alpha2 * fab, dd + alpha2 * fd
     return fa, fb, fab, fd
 
 
 @njit(inline="always", **OPTS)
-def ntk_step(qa, qab, dd, taa, tab, dth, fa, fab, fd, sw, alpha2, residual, N):
-    """The NTK's layer l -> l+1 at equal norms (module docstring), from layer l's kernel (qa, qab, dd), its
+def ntk_layer(qa, qab, dd, va, p, sw, sb, M, N):
+    """:func:`layer_maps` at equal norms (general False) and the NTK's maps (P, T, dT) at layer l's kernel
+    (qa, qab, dd), given va = V(qa) and p = P(qa): joint_maps evaluates C and T, D and dT side by side, so the
+    compiled code computes the terms they share once."""
+    cv, dv, t, dt = joint_maps(M, N, va, p, qa, qab, dd)
+    return sw * va + sb, sw * va + sb, sw * cv + sb, sw * dv, p, t, dt
+
+
+@njit(inline="always", **OPTS)
+def ntk_step(p, t, dt, taa, tab, dth, fa, fab, fd, sw, alpha2, residual):
+    """The NTK's layer l -> l+1 at equal norms (module docstring), from the maps (P, T, dT) at layer l's kernel, its
     (Theta_aa, Theta_ab, d_Theta) and the NNGP map's (fa, fab, fd) = (sigma_w2 V + sigma_b2, sigma_w2 C + sigma_b2,
     sigma_w2 D)."""
     g = alpha2 if residual else 1.0
     s = 1.0 if residual else 0.0
-    p, t, dt = ntk_maps(N, qa, qab, dd)
     a_aa = s + g * sw * p
     a_ab = s + g * sw * t
     return a_aa * taa + g * fa, a_ab * tab + g * fab, a_aa * dth + g * (fd + 2.0 * sw * dt * tab)
@@ -200,12 +212,14 @@ def _stop(i0, j, layer, qa, qb, qab, dd, start, st_qa, st_qb, st_qab, st_d, ntk,
 
 @njit(inline="always", **OPTS)
 def _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, inputs, alpha2, residual, general,
-             M, norm, aux, N, ntk, th, start, st_qa, st_qb, st_qab, st_d, st_th, status):
+             M, norm, aux, N, ntk, th, memo, start, st_qa, st_qb, st_qab, st_d, st_th, status):
     """One layer at the block's live points; a point outside in_domain stops (LEFT_TABLE) with the layer to
     continue from and its state. norm: 0 none, 1 LayerNorm before phi, 2 LayerNorm after phi (equal norms;
     aux[i] = (mean, var) of psi at layer 1's q, then at q* = sigma_w2 + sigma_b2). ntk (norm 0, equal norms):
     th[j] = (Theta_aa, Theta_ab, d_Theta) goes along (:func:`ntk_step`, maps of data N). inputs = (qa0, qb0, qab0, d0)
     (one argument: a call of 30 or more arguments compiles to a *args call, which numba cannot inline).
+    memo[j] = (q, V(q), P(q)) at the last q the maps saw at point j: V and P are evaluated again only where q
+    moved (once q has settled on its fixed point, most layers; the same numbers bit for bit).
     Returns how many stopped."""
     stopped = 0
     for j in range(m):
@@ -220,16 +234,25 @@ def _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, inputs, alpha2,
                 continue
             a, b, ab, d = pre_norm(norm, qa[j], qb[j], qab[j], dd[j])
             if in_domain(M, a, b, ab):
+                if not (a == memo[j, 0] and a != 0.0):    # (0.0 == -0.0, whose V may differ in sign)
+                    memo[j, 0] = a
+                    memo[j, 1] = V(M, a)
+                    if ntk:
+                        memo[j, 2] = P(N, a)
                 after = norm == 2          # one inlined copy of the maps: the plain step at (1, 0), then c_hat
-                f = layer_maps(a, b, ab, d, 1.0 if after else sw[i0 + j], 0.0 if after else sb[i0 + j],
-                               general and not after, M)
+                if ntk:
+                    fa, fb, fab, fd, p, t, dt = ntk_layer(a, ab, d, memo[j, 1], memo[j, 2], sw[i0 + j], sb[i0 + j],
+                                                           M, N)
+                    th[j, 0], th[j, 1], th[j, 2] = ntk_step(p, t, dt, th[j, 0], th[j, 1], th[j, 2], fa, fab, fd,
+                                                            sw[i0 + j], alpha2, residual)
+                    f = (fa, fb, fab, fd)
+                else:
+                    f = layer_maps(a, b, ab, d, memo[j, 1], 1.0 if after else sw[i0 + j],
+                                   0.0 if after else sb[i0 + j], general and not after, M)
                 if after:
                     k = 0 if layer == 2 else 2
                     f = ln_after(f[2], f[3], near(d, a, a), sw[i0 + j], sb[i0 + j], aux[i0 + j, k], aux[i0 + j, k + 1])
                 else:
-                    if ntk:
-                        th[j, 0], th[j, 1], th[j, 2] = ntk_step(a, ab, d, th[j, 0], th[j, 1], th[j, 2], f[0], f[2],
-                                                                f[3], sw[i0 + j], alpha2, residual, N)
                     if residual:
                         f = (a + alpha2 * f[0], b + alpha2 * f[1], ab + alpha2 * f[2], d + alpha2 * f[3])
                 qa[j], qb[j], qab[j], dd[j] = f
@@ -334,6 +357,7 @@ def recurse(sw, sb, qa0, qb0, qab0, d0, depth, stop, store, alpha2, residual, ge
         qab = np.empty(BLOCK_POINTS)
         dd = np.empty(BLOCK_POINTS)
         th = np.empty((BLOCK_POINTS, 3))
+        memo = np.full((BLOCK_POINTS, 3), np.nan)
         first = np.zeros(BLOCK_POINTS, dtype=np.int64)
         live = np.zeros(BLOCK_POINTS, dtype=np.bool_)
         nlive, lmin = _load(i0, m, depth, start, st_qa, st_qb, st_qab, st_d, qa, qb, qab, dd, first, live, ntk, st_th,
@@ -345,8 +369,8 @@ def recurse(sw, sb, qa0, qb0, qab0, d0, depth, stop, store, alpha2, residual, ge
             if nlive == 0:
                 break
             nlive -= _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, (qa0, qb0, qab0, d0), alpha2,
-                              residual, general, M, norm, aux, N, ntk, th, start, st_qa, st_qb, st_qab, st_d, st_th,
-                              status)
+                              residual, general, M, norm, aux, N, ntk, th, memo, start, st_qa, st_qb, st_qab, st_d,
+                              st_th, status)
             if k < nstore and store[k] == layer:
                 _store(k, layer, i0, m, first, live, qa, qb, qab, dd, general, out_qa, out_qb, out_qab, out_d, ntk, th,
                        out_th)

@@ -407,3 +407,17 @@ def test_max_pool_slope_at_c_one_is_chi1_for_a_non_monotone_phi():
         d = [(c0 - float(M.C_eq(q, 1 - h))) / (h * q) for h in (1e-5, 1e-7)]
         assert abs((10 * d[1] - d[0]) / 9 / float(M.dpsi2(q)) - 1) < 2e-5
         assert abs(d[1] / float(M.dpsi2(q)) - 1) > 1e-5      # the sqrt(h) term is there: not a trivial check
+
+
+@pytest.mark.parametrize("act", ["gelu", "relu", "tanh"])
+def test_c_star_limit_rows_share_one_scan(act, monkeypatch):
+    """Rows at q* = 0 or inf solve one limit c-map per (q*, c^(1)): solving each row on its own gives the same c*."""
+    from symfield.theory import cstar   # noqa: PLC0415
+    K = kernel(sf.activation(act))
+    sw, sb = np.meshgrid(np.linspace(0.0, 4.0, 21), np.linspace(0.0, 0.2, 4))
+    sw, sb = sw.ravel(), sb.ravel()
+    shared, qs = cstar.c_star_f64(K, sw, sb)
+    assert ((qs == 0) | (qs == np.inf)).sum() >= 3
+    monkeypatch.setattr(cstar, "_limit_twins", lambda *a: None)
+    alone, _ = cstar.c_star_f64(K, sw, sb)
+    np.testing.assert_array_equal(shared, alone)

@@ -251,10 +251,11 @@ class Maps:
         a, b, rest = a.ravel(), b.ravel(), [v.ravel() for v in rest]
         out = np.full(a.shape, np.nan)
         T, done = self.table, np.zeros(a.shape, bool)
-        big = np.flatnonzero(~T.covers(a, b) & (a == b) & (a >= TAIL_Q_MIN))
-        if big.size and self.tail_from() == TAIL_Q_MIN:     # the tail serves what it certifies above the panels built
-            out[big] = self._from_tail(name, a[big], *(v[big] for v in rest))
-            done = ~np.isnan(out)
+        if self.tail_from() == TAIL_Q_MIN:     # the tail serves what it certifies above the panels built
+            big = np.flatnonzero(~T.covers(a, b) & (a == b) & (a >= TAIL_Q_MIN))
+            if big.size:
+                out[big] = self._from_tail(name, a[big], *(v[big] for v in rest))
+                done = ~np.isnan(out)
         ok = np.zeros(a.shape, bool)
         ok[~done] = self._plan(a[~done], b[~done], int((~done).sum()))
         if ok.any():

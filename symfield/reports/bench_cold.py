@@ -14,6 +14,7 @@ from __future__ import annotations
 from symfield.core.errors import InvalidValue
 import json
 import math
+from functools import lru_cache
 import os
 import platform
 import shutil
@@ -312,6 +313,7 @@ def _phi_mp(act):
     return sp.lambdify(xs, expr, "mpmath"), sp.lambdify(xs, d1, "mpmath"), tuple(kinks(expr))
 
 
+@lru_cache(maxsize=None)
 def _valley(act):
     """(m, t0) of a phi with one valley (decreasing, then increasing; e.g. gelu, silu, mish): its minimum m
     and the t0 > m where phi(t0) = phi(-inf) (the sublevel set stops being bounded below), from a sampled

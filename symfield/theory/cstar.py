@@ -54,7 +54,7 @@ def c_star_f64(K, sw, sb, qs=None):
     finite = (qs > 0) & (qs < math.inf)
     L, at_inf = at_infinity(K, qs)
     qe = np.where(finite, qs, np.where(at_inf, 1.0, limit_q(K, qs)))
-    c1 = np.where(sw + sb > 0, sb / np.where(sw + sb > 0, sw + sb, 1.0), 0.0)
+    c1 = _c1(sw, sb)
     # odd psi from c^(1) = 0 (sigma_b2 = 0) stays at c = 0 exactly, C(q, q, 0) = E[psi]^2 = 0: no descent
     descend = (qs == 0) & (sw > 0) & ~((K.parity == 1) & (c1 == 0))
     to_zero = np.nonzero(descend)[0] if _descent_cheap(K, M) else np.zeros(0, int)
@@ -118,6 +118,11 @@ def c_star_f64(K, sw, sb, qs=None):
     return out, qs
 
 
+def _c1(sw, sb):
+    """c^(1) = sigma_b2/(sigma_w2 + sigma_b2) (0 where both vanish)."""
+    return np.where(sw + sb > 0, sb / np.where(sw + sb > 0, sw + sb, 1.0), 0.0)
+
+
 def _limit_twins(K, M, sw, sb, qs):
     """Rows at q* = 0 or inf (not descended) solve the same limit c-map g(c) = C(q, q, c q)/V(q) - c at the
     same q (limit_q or the limit kernel's q = 1), whatever sigma_w2 and sigma_b2: their c* depends on
@@ -126,11 +131,9 @@ def _limit_twins(K, M, sw, sb, qs):
     lim = (qs == 0) | (qs == math.inf)
     if lim.sum() < 2:
         return None
-    c1 = np.where(sw + sb > 0, sb / np.where(sw + sb > 0, sw + sb, 1.0), 0.0)
     if _descent_cheap(K, M):       # q* = 0 rows descend from layer 1 (sigma_w2 matters): no twins among them
         lim &= ~((qs == 0) & (sw > 0))
-    key = np.stack([np.where(lim, qs, np.nan), np.where(lim, c1, np.arange(qs.size)), sw == 0], axis=1)
-    key[~lim, 0] = -1.0
+    key = np.stack([np.where(lim, qs, -1.0), np.where(lim, _c1(sw, sb), np.arange(qs.size)), sw == 0], axis=1)
     uniq, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
     if uniq.shape[0] == qs.size:
         return None

@@ -33,8 +33,13 @@ from symfield.theory.qstar import Q_MAX
 def neutral_residual(N, q, sb):
     """(sigma_w2(q), h(q)) on the q* equation sigma_w2(q) = (q - sigma_b2)/V(q), with
     h(q) = (sigma_w2(q) C(q, q, q/2) + sigma_b2)/q - 1/2: zero where 1/2 is a fixed point of the c-map."""
-    sw = (q - sb) / N.V(q)
-    return sw, (sw * N.C_eq(q, 0.5) + sb) / q - 0.5
+    return _residual(N.V(q), N.C_eq(q, 0.5), q, sb)
+
+
+def _residual(v, c, q, sb):
+    """(sigma_w2, h) of :func:`neutral_residual` from V(q) = v and C(q, q, q/2) = c."""
+    sw = (q - sb) / v
+    return sw, (sw * c + sb) / q - 0.5
 
 
 def no_neutrality(K, N):
@@ -118,8 +123,7 @@ def neutrality_line(K, sigma_b2, sigma_w2_max=50.0):
             continue
         v, c = float(N.V(np.array([qe]))[0]), float(N.C_eq(np.array([qe]), 0.5)[0])
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            sw = (qe - sb[j]) / v
-            h = (sw * c + sb[j]) / qe - 0.5
+            sw, h = _residual(v, c, qe, sb[j])
         out = ((sw > sigma_w2_max) & (h > 0)) | ~np.isfinite(h)
         failed[j[out]] = True
         live[j[out]] = False

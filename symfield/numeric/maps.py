@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from functools import cached_property
+from functools import cached_property, partial
 
 import numpy as np
 import sympy as sp
@@ -87,6 +87,20 @@ class _Rental:
         return out
 
 
+class _Evaluators(dict):
+    """name -> float64 evaluator of the kernel's map by its closed form or defining integral, made when first
+    asked for (lambdifying and rewriting a map costs ~0.1 s; a run served by tables asks for none)."""
+
+    def __init__(self, K: Kernel):
+        super().__init__()
+        self.K = K
+
+    def __missing__(self, name):
+        args = (Q,) if name in ONE_D else (Q1, Q2, Q12)
+        fn = self[name] = evaluator(self.K[name], args, self.K.kinks)
+        return fn
+
+
 class Maps:
     """float64 maps of one kernel, vectorised over numpy arrays (see the module docstring)."""
     dps = None
@@ -105,11 +119,12 @@ class Maps:
     # ------------------------------------------------------------------ quadrature / closed forms
     @cached_property
     def _direct(self) -> dict:
-        """Each map by its closed form or its defining integral (no table)."""
-        K = self.K
-        out = {name: evaluator(K[name], (Q,), K.kinks) for name in ONE_D}
-        out.update(C=evaluator(K.C, (Q1, Q2, Q12), K.kinks), dC=evaluator(K.dC, (Q1, Q2, Q12), K.kinks))
-        return out
+        """Each map by its closed form or its defining integral (no table), built on first use."""
+        return _Evaluators(self.K)
+
+    def _call_direct(self, name, *args):
+        """``name`` by its closed form or integral (a table's evaluator outside its panels: built when first called)."""
+        return self._direct[name](*args)
 
     def expect(self, expr: sp.Expr, args: tuple, values: tuple):
         """Any other expression of this kernel (Gram moments, Jacobian terms) at ``values`` of ``args``."""
@@ -148,11 +163,11 @@ class Maps:
         if tab is None:
             K = self.K
             key = f"{name} {sp.srepr(K[name])} kinks {K.kinks!r}"
-            tab, refused = Table1D.cached(self._direct[name], key, shipped_1d_name(K, name))
+            tab, refused = Table1D.cached(partial(self._call_direct, name), key, shipped_1d_name(K, name))
             rent = self._rent1d[name]
             # a refused (damaged) file was built by a process that found it worth building: rebuilt at once
             if tab is None and (refused or self.method == "table" or rent.worth(n + self._ahead, Table1D.BUILD_EVALS * rent.per_eval)):
-                tab = Table1D(self._direct[name], key=key, ship=shipped_1d_name(K, name), load=False)
+                tab = Table1D(partial(self._call_direct, name), key=key, ship=shipped_1d_name(K, name), load=False)
             if tab is None:
                 self.how[name] = "quadrature (1-D table not yet worth building)"
                 return None
@@ -205,7 +220,8 @@ class Maps:
         tab = self._table1d(name, 0)
         if tab is None:
             key = f"{name} {sp.srepr(self.K[name])} kinks {self.K.kinks!r}"
-            self._t1d[name] = tab = Table1D(self._direct[name], key=key, ship=shipped_1d_name(self.K, name))
+            self._t1d[name] = tab = Table1D(partial(self._call_direct, name), key=key,
+                                            ship=shipped_1d_name(self.K, name))
         return tab
 
     # ------------------------------------------------------------------ two inputs
@@ -301,7 +317,7 @@ class Maps:
                             "quadrature" if T is None else f"{T.kind} table (grown by the ski rental), else quadrature")
         if T is None:
             return self._direct["C"](*(np.asarray(v, float) for v in (q1, q2, q12)))
-        return self._tabled("C", self._direct["C"], q1, q2, q12)
+        return self._tabled("C", partial(self._call_direct, "C"), q1, q2, q12)
 
     def dC(self, q1, q2, q12):
         return self._direct["dC"](*(np.asarray(v, float) for v in (q1, q2, q12)))

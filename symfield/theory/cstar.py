@@ -90,6 +90,14 @@ def c_star_f64(K, sw, sb, qs=None):
     out[to_one], done[to_one] = 1.0, True
     M.plan(sw.size + (to_zero.size + int((~done).sum())) * per_point)    # ... and per point still scanned
     end = np.where(g1 > 0, 1.0, -1.0)
+    climb = np.nonzero(_climbing(c1, g1) & ~done)[0]
+    if climb.size:     # convex g from c^(1) >= 0 up: one root below 1 or none (_climb); no scan
+        j, lo_j, hi_j, glo_j, ghi_j = _climb(lambda c, k: g(c, climb[k]), c1[climb], g1[climb])
+        rest_c = np.setdiff1d(np.arange(climb.size), j)
+        out[climb[rest_c]] = 1.0
+        done[climb] = True
+        if j.size:
+            out[climb[j]] = vroot(lambda x, k: g(x, climb[j[k]]), lo_j, hi_j, glo_j, ghi_j)
     fracs = np.concatenate([np.arange(1, SCAN) / SCAN, 1 - NEAR_END / SCAN])
     prev_c, prev_g = c1.copy(), g1.copy()
     lo, hi, glo, ghi = (np.full(n, np.nan) for _ in range(4))
@@ -116,6 +124,39 @@ def c_star_f64(K, sw, sb, qs=None):
     if j.size:
         out[j] = vroot(lambda x, k: g(x, j[k]), lo[j], hi[j], glo[j], ghi[j])
     return out, qs
+
+
+CLIMB = 4.0 ** -np.arange(1, 21)     # 1 - c = (1 - c^(1)) 4^-j: the climb's probes toward c = 1
+
+
+def _climbing(c1, g1):
+    """Rows whose c moves up from c^(1) >= 0, where g is convex (:func:`_ordered_to_one`): bracketed by :func:`_climb`."""
+    return (c1 >= 0) & (g1 > G_TOL)
+
+
+def _climb(g, c1, g1):
+    """Bracket the one root of the convex c-map residual g on (c^(1), 1) (see :func:`_ordered_to_one`:
+    g(1) = 0, g(c^(1)) > 0; a root below 1 exists iff g < 0 somewhere below 1, then it is unique). Probes
+    c = 1 - (1 - c^(1)) 4^-j walk toward 1; the first with g < -G_TOL closes the bracket (near 1 a
+    crossing must stand out of the maps' rounding). Returns (rows bracketed, lo, hi, g(lo), g(hi)); rows
+    with no bracket by 1 - (1 - c^(1)) 4^-20 climb to c* = 1."""
+    n = c1.size
+    lo, glo = c1.copy(), g1.copy()
+    hi, ghi = np.full(n, np.nan), np.full(n, np.nan)
+    live = np.arange(n)
+    for t in CLIMB:
+        if live.size == 0:
+            break
+        c = 1.0 - (1.0 - c1[live]) * t
+        gc = g(c, live)
+        neg = gc < -G_TOL
+        k = live[neg]
+        hi[k], ghi[k] = c[neg], gc[neg]
+        up = ~neg & (gc > 0)                 # still above: the root is further up
+        lo[live[up]], glo[live[up]] = c[up], gc[up]
+        live = live[~neg]
+    j = np.nonzero(np.isfinite(hi))[0]
+    return j, lo[j], hi[j], glo[j], ghi[j]
 
 
 def _c1(sw, sb):

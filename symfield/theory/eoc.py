@@ -77,6 +77,29 @@ def eoc_point(K, sigma_b2, dps=None):
     return (float(sw[0]), float(qs[0])) if dps is None else (sw[0], qs[0])
 
 
+def eoc_line(K, sb):
+    """(sigma_w2, q*) of the EOC at every sigma_b2 of a 1-D float64 array, NaN where there is none (where
+    :func:`eoc_point` raises): the general case in one vectorised root find (:func:`eoc_points`), the rest
+    (positively homogeneous psi, sigma_b2 = 0 with psi(0) = 0) point by point."""
+    sb = np.asarray(sb, float)
+    sw, qs = np.full(sb.shape, math.nan), np.full(sb.shape, math.nan)
+    try:
+        refuse_jumps(K)
+    except ValueError:
+        return sw, qs
+    general = np.full(sb.shape, not K.degree_one) & ~((sb == 0) & K.zero_at_zero)
+    for i in np.nonzero(~general)[0]:
+        try:
+            sw[i], qs[i] = eoc_point(K, float(sb[i]))
+        except (ValueError, ArithmeticError):
+            pass
+    j = np.nonzero(general)[0]
+    if j.size:
+        w, q = eoc_points(maps(K), sb[j])
+        sw[j], qs[j] = w, np.where(np.isnan(w), math.nan, q)
+    return sw, qs
+
+
 def refuse_jumps(K):
     """ValueError when E[psi'^2] is infinite (psi jumps: psi' has a Dirac delta), since then
     chi1 = sigma_w2 E[psi'^2] is infinite for every sigma_w2 > 0 and there is no edge of chaos."""

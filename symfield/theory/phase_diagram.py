@@ -18,10 +18,10 @@ from symfield.core.dataset import ToXarray
 from symfield.symbolic.activation import Activation
 from symfield.symbolic.kernel import kernel
 from symfield.theory import norm as nm
-from symfield.theory.eoc import eoc_point
+from symfield.numeric.maps import maps
+from symfield.theory.eoc import eoc_line
 from symfield.theory.neutrality import neutrality_line
 from symfield.theory.phases import PHASES, phase_fields
-from symfield.theory.qstar import q_slope
 from symfield.theory.propagate import propagate
 from symfield.theory.trainability import depth_scale_fields
 
@@ -170,15 +170,11 @@ def phase_diagram(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLik
                             cs.reshape(shape), gamma.reshape(shape), slope.reshape(shape), eoc, neut,
                             tol, depth, c_d, g_d, np.ones(sb_axis.shape, bool), opts.label)
     codes, qs, cs, gamma, slope = phase_fields(K, W.ravel(), B.ravel(), tol)
-    eoc = np.full(sb_axis.shape, np.nan)
+    eoc, qe = eoc_line(K, sb_axis)      # NaN where there is no EOC (e.g. x erf(x) at sigma_b2 = 0)
     stable = np.ones(sb_axis.shape, bool)
-    for i, b in enumerate(sb_axis):
-        try:
-            eoc[i], qe = eoc_point(K, float(b))
-        except (ValueError, ArithmeticError):
-            continue  # no EOC at this sigma_b2 (e.g. x erf(x) at sigma_b2 = 0)
-        if 0 < qe < np.inf:
-            stable[i] = q_slope(K, eoc[i], qe) <= 1
+    fin = np.nonzero((qe > 0) & (qe < np.inf))[0]
+    if fin.size:        # sigma_w2 V'(q*) <= 1: the EOC's q* attracts (q_slope)
+        stable[fin] = eoc[fin] * np.asarray(maps(K).dV(qe[fin]), float) <= 1
     neut = neutrality_drawn(K, sb_axis, float(sw_axis.max()))
     c_d = g_d = None
     if depth is not None:

@@ -339,3 +339,15 @@ def test_propagate_tanh_max2_table():
                       sw[i] * max2_C_oracle(np.tanh, q, c) + sb[i])
             assert abs(r.q[layer - 1, i] - q) <= 1e-10 * q
             assert abs(r.qab[layer - 1, i] - qab) <= 1e-10 * q
+
+
+@pytest.mark.parametrize("act", ["tanh", "relu", "elu", "abs", "x*erf(x)", ("tanh", "max"), ("relu", "max"),
+                                 ("tanh", "avg"), ("relu", "avg"), ("abs", "max")])
+def test_rule_kind_is_the_evaluator_the_builder_makes(act):
+    """The node evaluator's kind read off C's integrals (what Table.cheap and the build-time guess ask) is the
+    kind of the Evaluator actually built: its max-pool rule, its polar rule, or quadrature."""
+    from symfield.numeric.tables.nodes import Evaluator, rule_kind   # noqa: PLC0415
+    A = sf.activation(act[0], pool=act[1], k=2) if isinstance(act, tuple) else sf.activation(act)
+    K = sf.kernel(A)
+    ev = Evaluator(K, 0)
+    assert rule_kind(K) == ("rule" if ev.maxrule else "polar" if ev.fast else "quadrature")

@@ -421,3 +421,46 @@ def test_c_star_limit_rows_share_one_scan(act, monkeypatch):
     monkeypatch.setattr(cstar, "_limit_twins", lambda *a: None)
     alone, _ = cstar.c_star_f64(K, sw, sb)
     np.testing.assert_array_equal(shared, alone)
+
+
+@pytest.mark.parametrize("act", ["tanh", "erf", "sin", ("tanh", "avg"), ("tanh", "max")])
+def test_c_star_climb_matches_the_scan(act, monkeypatch):
+    """Rows whose c rises from c^(1) >= 0 are bracketed by probes 1 - (1 - c^(1)) 4^-j (g convex on [0, 1], so
+    its one root below 1 is the first): the same c* as the first sign change of the 64-step scan, and f(c*) = c*."""
+    from symfield.theory import cstar   # noqa: PLC0415
+    A = sf.activation(act[0], pool=act[1], k=2) if isinstance(act, tuple) else sf.activation(act)
+    K = kernel(A)
+    monkeypatch.setattr(maps(K), "_ahead", 10**9)     # one lookup path for both runs
+    sw, sb = np.meshgrid(np.linspace(0.1, 4.0, 40), np.linspace(0.0, 0.3, 7))
+    sw, sb = sw.ravel(), sb.ravel()
+    fast, qs = cstar.c_star_f64(K, sw, sb)
+    c1 = sb / (sw + sb)
+    climbed = (fast < 1) & (fast > c1) & (qs > 0) & np.isfinite(qs)
+    assert climbed.sum() >= 5
+    monkeypatch.setattr(cstar, "_climbing", lambda c1, g1: np.zeros(c1.shape, bool))
+    slow, _ = cstar.c_star_f64(K, sw, sb)
+    np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-13)
+    M, i = maps(K), np.nonzero(climbed)[0]
+    resid = (sw[i] * M.C_eq(qs[i], fast[i]) + sb[i]) / qs[i] - fast[i]
+    assert np.abs(resid).max() < 1e-13
+
+
+@pytest.mark.parametrize("act", ["tanh", "gelu", "relu", "x*erf(x)", "elu"])
+def test_eoc_line_is_eoc_point_at_every_sigma_b2(act):
+    """The phase diagram's EOC line (one vectorised root find) equals eoc_point at each sigma_b2, NaN where
+    eoc_point raises (x erf(x) at sigma_b2 = 0), and at finite q* it solves chi1 = 1 and q* = sw V(q*) + sb."""
+    from symfield.theory.eoc import eoc_line, eoc_point   # noqa: PLC0415
+    K = kernel(sf.activation(act))
+    sb = np.array([0.0, 0.01, 0.05, 0.2])
+    sw, qs = eoc_line(K, sb)
+    for i, b in enumerate(sb):
+        try:
+            w, q = eoc_point(K, float(b))
+        except (ValueError, ArithmeticError):
+            assert math.isnan(sw[i])
+            continue
+        assert sw[i] == pytest.approx(w, rel=1e-14) and (qs[i] == q or qs[i] == pytest.approx(q, rel=1e-14))
+    M, ok = maps(K), np.nonzero((qs > 0) & (qs < np.inf))[0]
+    if ok.size and not K.degree_one:
+        np.testing.assert_allclose(sw[ok] * M.dpsi2(qs[ok]), 1.0, rtol=1e-12)
+        np.testing.assert_allclose(sw[ok] * M.V(qs[ok]) + sb[ok], qs[ok], rtol=1e-12)

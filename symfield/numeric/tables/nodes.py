@@ -25,6 +25,21 @@ from symfield.symbolic.gaussian import q2 as Q2
 from symfield.symbolic.gaussian import q12 as Q12
 from symfield.symbolic.integrals import Kind, integrals
 
+def _is_max_rule(K, atoms):
+    """C is one max-pool integral (MAX2) whose phi is kinked at 0 at most: the max-pool rule evaluates it."""
+    return (len(atoms) == 1 and K.C == atoms[0] and atoms[0].integrand.kind is Kind.MAX2
+            and set(float(v) for v in K.kinks) <= {0.0})
+
+
+def rule_kind(K) -> str:
+    """How :class:`Evaluator` computes K's node values, read off C's integrals without building it: "rule"
+    (the max-pool rule), "polar" (every integral of C a 2-D normal one of a kink-free phi) or "quadrature"."""
+    atoms = integrals(K.C)
+    if _is_max_rule(K, atoms):
+        return "rule"
+    return "polar" if all(I.integrand.kind is Kind.NORMAL2 and not K.kinks for I in atoms) else "quadrature"
+
+
 class Evaluator:
     """Float64 node values of V(q) and C(q1, q2, q12) for the table builder.
 
@@ -56,12 +71,11 @@ class Evaluator:
         self.polars = [v for v in impls.values() if isinstance(v, Polar2) and v.f is v.g]
         self.maxrule = None
         atoms_ = integrals(K.C)
-        if len(atoms_) == 1 and K.C == atoms_[0]:
+        if _is_max_rule(K, atoms_):
             spec = atoms_[0].integrand
-            if spec.kind is Kind.MAX2 and set(float(v) for v in K.kinks) <= {0.0}:
-                f = N.vectorised(spec.f, N.NUMPY_MODULES)
-                g = f if spec.g == spec.f else N.vectorised(spec.g, N.NUMPY_MODULES)
-                self.maxrule, self.fast = (f, g, spec.k), True
+            f = N.vectorised(spec.f, N.NUMPY_MODULES)
+            g = f if spec.g == spec.f else N.vectorised(spec.g, N.NUMPY_MODULES)
+            self.maxrule, self.fast = (f, g, spec.k), True
         atoms = list(K.C.atoms(sp.Integral))
         # C is one polar integral (single-node phi): C/cos(theta) directly for odd psi
         self.single = impls["_quad0"] if len(atoms) == 1 and K.C == atoms[0] and isinstance(impls.get("_quad0"), Polar2) else None

@@ -26,6 +26,7 @@ from symfield.numeric.tables import store
 from symfield.numeric.tables.build import D_DIFF, TableBuilder, accept
 from symfield.numeric.tables import geometry
 from symfield.numeric.tables.geometry import E0, Panel, panel_of, q_top
+from symfield.numeric.tables.nodes import rule_kind
 from symfield.numeric.tables.pack import pack
 from symfield.symbolic.integrals import Kind, kinds
 
@@ -95,8 +96,10 @@ class Table(TableBuilder):
         return self.kind != "homogeneous" and self.K.act.pool != "max" and self._evaluator_kind() == "polar"
 
     def _evaluator_kind(self):
-        ev = self.evaluator()
-        return "rule" if ev.maxrule else "polar" if ev.fast else "quadrature"
+        """"rule", "polar" or "quadrature" (nodes.rule_kind; the homogeneous kind trades the rule for quadrature,
+        TableBuilder.evaluator), without building the node evaluator."""
+        kind = rule_kind(self.K)
+        return "quadrature" if kind == "rule" and self.kind == "homogeneous" else kind
 
     @property
     def seconds_per_panel(self) -> float:

@@ -464,3 +464,21 @@ def test_eoc_line_is_eoc_point_at_every_sigma_b2(act):
     if ok.size and not K.degree_one:
         np.testing.assert_allclose(sw[ok] * M.dpsi2(qs[ok]), 1.0, rtol=1e-12)
         np.testing.assert_allclose(sw[ok] * M.V(qs[ok]) + sb[ok], qs[ok], rtol=1e-12)
+
+
+def test_vroot_guard_and_speed():
+    """Roots against closed forms: a smooth f converges superlinearly (few evaluations); f = x^21 - 1/2, flat
+    near its root and steep at the end, still meets the tolerance with the bisection guard (at most 3 steps
+    per halving of the bracket)."""
+    from symfield.numeric.vroot import vroot   # noqa: PLC0415
+    calls = []
+
+    def f(x, j, n):
+        calls.append(x.size)
+        return x ** n - 0.5
+    for n, most in ((3, 14), (21, 40)):
+        calls.clear()
+        lo, hi = np.array([0.1, 0.2]), np.array([1.5, 1.1])
+        r = vroot(lambda x, j: f(x, j, n), lo, hi, lo ** n - 0.5, hi ** n - 0.5)
+        np.testing.assert_allclose(r, 0.5 ** (1 / n), rtol=1e-15)
+        assert len(calls) <= most

@@ -26,6 +26,7 @@ from symfield.numeric import shipped
 from symfield.numeric.quadrature import QuadratureError
 
 N, TOL, P_LO, P_HI, MAX_DEPTH = 16, 1e-13, -40, 40, 6     # [2^-40, 2^40] covers the fixed-point scans' [Q_MIN, Q_MAX]
+CHUNK = 4096        # points per block of a table evaluation
 FIT = "dct2"    # coefficients by symfield.numeric.chebyshev (part of the cache key)
 
 
@@ -107,11 +108,21 @@ class Table1D:
         if (~inside).any():      # direct evaluation, once per distinct value (brackets repeat Q_MIN, Q_MAX)
             u, inv = np.unique(flat[~inside], return_inverse=True)
             res[~inside] = np.asarray(self.f(u), float)[inv.ravel()]
-        if inside.any():
-            ti = t[inside]
+        if inside.all():
+            res[:] = self._panels(t)
+        elif inside.any():
+            res[inside] = self._panels(t[inside])
+        return out
+
+    def _panels(self, t):
+        """The panels' Chebyshev sums at t = log2 q inside them, in blocks of CHUNK points (the gathered
+        coefficient rows stay in cache)."""
+        out = np.empty(t.shape)
+        for s in range(0, t.size, CHUNK):
+            ti = t[s:s + CHUNK]
             k = np.searchsorted(self.lo, ti, side="right") - 1
             a, b = self.lo[k], self.hi[k]
-            res[inside] = cheb.clenshaw(self.coef[k], (2 * ti - a - b) / (b - a))
+            out[s:s + CHUNK] = cheb.clenshaw(self.coef[k], (2 * ti - a - b) / (b - a))
         return out
 
 

@@ -81,13 +81,17 @@ def c_star_f64(K, sw, sb, qs=None):
             return np.where(f, (sw[j] * val + sb[j]) / qe[j], val / vq[j]) - c
 
     n = sw.size
-    alln = np.arange(n)
     out = np.full(n, np.nan)
-    g1 = g(c1, alln)
-    done = (np.abs(g1) <= G_TOL) | (sw == 0) | np.isnan(qs) | frozen
+    done = (sw == 0) | np.isnan(qs) | frozen
     out[done] = np.where(np.isnan(qs[done]), np.nan, c1[done])
-    to_one = _ordered_to_one(K, M, sw, qs, finite, c1, g1) & ~done
+    to_one = _ordered_to_one(M, sw, qs, finite, c1) & ~done    # before any C: c* = 1 by convexity
     out[to_one], done[to_one] = 1.0, True
+    g1 = np.zeros(n)
+    live = np.nonzero(~done)[0]
+    if live.size:
+        g1[live] = g(c1[live], live)
+    fixed = ~done & (np.abs(g1) <= G_TOL)
+    out[fixed], done[fixed] = c1[fixed], True
     M.plan(sw.size + (to_zero.size + int((~done).sum())) * per_point)    # ... and per point still scanned
     end = np.where(g1 > 0, 1.0, -1.0)
     fracs = np.concatenate([np.arange(1, SCAN) / SCAN, 1 - NEAR_END / SCAN])
@@ -146,15 +150,17 @@ def _limit_twins(K, M, sw, sb, qs):
 CHI1_MARGIN = 1e-9   # chi1 <= 1 - this: c* = 1 without a scan (c^(1) >= 0)
 
 
-def _ordered_to_one(K, M, sw, qs, finite, c1, g1):
-    """Points whose c* is 1 by convexity, no scan needed. At equal norms the k nodes of a pool see
-    (u_i, v_i) independent across i, each pair at correlation c, so Mehler's formula factorises over the
-    nodes: C(q, q, c q) = E[psi(u) psi(v)] = sum_alpha c^|alpha| q^|alpha| E[d^alpha psi]^2/alpha! (multi-index
-    alpha over the k nodes), nonnegative coefficients for one node, an average and a max alike. So
-    g(c) = f(c) - c is convex on [0, 1] with g(1) = 0 at q*, and its slope at c = 1 (one-sided for a max of a
-    non-monotone phi, where C - C(1) has a (1 - c)^(3/2) term) is chi1 - 1, chi1 = sigma_w2 E[psi'^2].
-    If chi1 < 1 and g(c^(1)) > 0, g has no root in [c^(1), 1) and the recursion climbs to 1."""
-    ok = finite & (c1 >= 0) & (g1 > G_TOL)
+def _ordered_to_one(M, sw, qs, finite, c1):
+    """Points whose c* is 1 by convexity, decided before any C is evaluated. At equal norms the k nodes of a
+    pool see (u_i, v_i) independent across i, each pair at correlation c, so Mehler's formula factorises
+    over the nodes: C(q, q, c q) = E[psi(u) psi(v)] = sum_alpha c^|alpha| q^|alpha| E[d^alpha psi]^2/alpha!
+    (multi-index alpha over the k nodes; for a psi that is not smooth, such as a max of a non-monotone phi,
+    the Wiener chaos expansion sum_n c^n ||J_n psi||^2), nonnegative coefficients for one node, an average
+    and a max alike. So g(c) = f(c) - c is convex on [0, 1] with g(1) = 0 at a finite q*, and its slope at
+    c = 1 (one-sided where C - C(1) has a (1 - c)^(3/2) term) is chi1 - 1, chi1 = sigma_w2 E[psi'^2](q*).
+    Convexity puts g above its tangent at 1: g(c) >= (1 - chi1)(1 - c) > 0 on [c^(1), 1) when chi1 < 1, so
+    g has no root there and the recursion climbs to 1 (0 <= c^(1) < 1; no evaluation of g needed)."""
+    ok = finite & (c1 >= 0) & (c1 < 1) & (sw > 0)
     if not ok.any():
         return ok
     chi1 = np.full(sw.shape, np.inf)

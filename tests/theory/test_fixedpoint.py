@@ -421,3 +421,22 @@ def test_c_star_limit_rows_share_one_scan(act, monkeypatch):
     monkeypatch.setattr(cstar, "_limit_twins", lambda *a: None)
     alone, _ = cstar.c_star_f64(K, sw, sb)
     np.testing.assert_array_equal(shared, alone)
+
+
+def test_ordered_max_pool_of_gelu_gets_c_star_one_without_evaluating_C(monkeypatch):
+    """Oracle, an exact bound: |gelu'| <= gelu'(sqrt 2) = N(sqrt 2) + sqrt 2 n(sqrt 2) < 1.13, so
+    chi1 = sigma_w2 E[phi'(u_A)^2] < 0.64 at sigma_w2 = 0.5 whatever q*; with sigma_b2 > 0 (q* >= sigma_b2 finite)
+    the c-map's convexity on [0, 1] (nonnegative Mehler coefficients) leaves no root in [c^(1), 1): c* = 1.
+    The engine decides this before any C (a 4-D level-set integral here) is evaluated."""
+    from symfield.numeric.maps import Maps
+    from symfield.theory.cstar import c_star_f64
+
+    def no_C(self, *args):
+        raise AssertionError("C evaluated for a point ordered by convexity")
+    monkeypatch.setattr(Maps, "C", no_C)
+    sup = float(mp.ncdf(mp.sqrt(2)) + mp.sqrt(2) * mp.npdf(mp.sqrt(2)))
+    sw = np.array([0.5, 0.5, 0.2])
+    assert (sw * sup ** 2 < 1).all()
+    cs, qs = c_star_f64(kernel(sf.activation("gelu", pool="max", k=2)), sw, np.array([0.01, 0.2, 0.05]))
+    assert np.isfinite(qs).all() and (qs > 0).all()
+    assert (cs == 1.0).all()

@@ -25,7 +25,7 @@ from symfield.symbolic.activation import Activation
 from symfield.core import validate as check
 from symfield.symbolic.kernel import kernel
 from symfield.theory import norm as nm
-from symfield.theory.qstar import Q_MAX, at_infinity, limit_q, on_grid, q_star_points
+from symfield.theory.qstar import Q_MAX, at_infinity, at_zero, limit_q, on_grid, q_star_points
 
 
 # ---------------------------------------------------------------- c*
@@ -42,7 +42,8 @@ def c_star_f64(K, sw, sb, qs=None):
     first root of g in the direction f moves c1, located by a scan (SCAN equal steps, then
     points approaching +-1 geometrically, where the root sits when chi1 is just above 1) and
     refined by vroot. q* = 0 or inf: the normalised map c' = C(q, q, c q)/V(q) in that limit
-    (sigma_b2 negligible against q; exact for positively homogeneous psi). Returns (c*, q*)."""
+    (sigma_b2 negligible against q), exact where a limit kernel serves the row (qstar.at_infinity, at_zero)
+    and for positively homogeneous psi, else at q = limit_q. Returns (c*, q*)."""
     M = maps(K)
     sw, sb = np.asarray(sw, float), np.asarray(sb, float)
     qs = q_star_points(maps(K), sw, sb) if qs is None else qs
@@ -52,12 +53,15 @@ def c_star_f64(K, sw, sb, qs=None):
         c, _ = c_star_f64(K, sw[keep], sb[keep], qs[keep])
         return c[rep], qs
     finite = (qs > 0) & (qs < math.inf)
-    L, at_inf = at_infinity(K, qs)
-    qe = np.where(finite, qs, np.where(at_inf, 1.0, limit_q(K, qs)))
     c1 = _c1(sw, sb)
     # odd psi from c^(1) = 0 (sigma_b2 = 0) stays at c = 0 exactly, C(q, q, 0) = E[psi]^2 = 0: no descent
     descend = (qs == 0) & (sw > 0) & ~((K.parity == 1) & (c1 == 0))
     to_zero = np.nonzero(descend)[0] if _descent_cheap(K, M) else np.zeros(0, int)
+    L, at_inf = at_infinity(K, qs)
+    Z, at_0 = at_zero(K, qs)
+    at_0[to_zero] = False       # descended rows keep the maps at small q (the next order decides there)
+    at_lim = at_inf | at_0      # the exact limit kernels, at q = 1
+    qe = np.where(finite, qs, np.where(at_lim, 1.0, limit_q(K, qs)))
     per_point = SCAN + NEAR_END.size    # lookups announced to the rent-or-buy rule: a scan's worth per descent
     M.plan(sw.size + to_zero.size * per_point)
     frozen = np.zeros(sw.shape, bool)
@@ -65,20 +69,19 @@ def c_star_f64(K, sw, sb, qs=None):
         c1 = c1.copy()
         c1[to_zero], frozen[to_zero] = _descend(M, sw[to_zero])
     vq = np.ones(qe.shape)
-    rest = ~finite & ~at_inf
+    rest = ~finite & ~at_lim
     vq[rest] = M.V(qe[rest])
-    if at_inf.any():
-        vq[at_inf] = L.V(1.0)
+    for E, on in ((L, at_inf), (Z, at_0)):
+        if on.any():
+            vq[on] = E.V(1.0)
 
     def g(c, j):
-        f, li = finite[j], at_inf[j]
         val = np.empty(j.shape)
-        if (~li).any():
-            val[~li] = M.C_eq(qe[j[~li]], c[~li])
-        if li.any():
-            val[li] = L.C_eq(qe[j[li]], c[li])
+        for E, on in ((M, ~at_lim[j]), (L, at_inf[j]), (Z, at_0[j])):
+            if on.any():
+                val[on] = E.C_eq(qe[j[on]], c[on])
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(f, (sw[j] * val + sb[j]) / qe[j], val / vq[j]) - c
+            return np.where(finite[j], (sw[j] * val + sb[j]) / qe[j], val / vq[j]) - c
 
     n = sw.size
     out = np.full(n, np.nan)

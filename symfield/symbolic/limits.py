@@ -106,7 +106,8 @@ def zero_limit_kernel(K: Kernel) -> Kernel | None:
     if K in _ZERO:
         return _ZERO[K]
     out = None
-    if homogeneous(K.act.expr) is None:
+    maybe = K.act.pool == "max" and K.act.k >= 2 or any(float(k) == 0 for k in K.kinks)   # else a = b: identity
+    if maybe and homogeneous(K.act.expr) is None:
         ab = slopes_at_zero(K.act.expr)
         if ab is not None and ((K.act.pool == "max" and K.act.k >= 2) or ab[0] != ab[1]):
             a, b = ab

@@ -12,7 +12,7 @@ table). These are the EXACT normalised c-map and slope chi1 where q* = inf, inst
 some large q, and they cost microseconds.
 
 As q -> 0 the same holds with the slopes at 0: if phi(0) = 0 and phi(x)/x -> b as x -> 0+ and a as
-x -> 0- (gelu, silu, mish: a = b = 1/2 or 1; elu: a = alpha, b = 1), phi(t u)/t -> phi_0(u) = a min(u, 0)
+x -> 0- (gelu, silu: a = b = 1/2; tanh: a = b = 1; elu: a = alpha, b = 1), phi(t u)/t -> phi_0(u) = a min(u, 0)
 + b max(u, 0) as t -> 0, dominated by Lip(phi) |u| on |x| <= 1 (and |phi(x)| <= A (1 + |x|^p) beyond), so
 V(q)/q -> V_0(1), C(q, q, c q)/q -> C_0(1, 1, c), E[psi'^2](q) -> E[psi_0'^2]: the exact limit c-map
 where q* = 0 (:func:`zero_limit_kernel`). It is the identity when psi_0 is linear (a = b, no pool or an
@@ -106,10 +106,10 @@ def zero_limit_kernel(K: Kernel) -> Kernel | None:
     if K in _ZERO:
         return _ZERO[K]
     out = None
-    maybe = K.act.pool == "max" and K.act.k >= 2 or any(float(k) == 0 for k in K.kinks)   # else a = b: identity
-    if maybe and homogeneous(K.act.expr) is None:
+    pooled = K.act.pool == "max" and K.act.k >= 2
+    if (pooled or any(float(k) == 0 for k in K.kinks)) and homogeneous(K.act.expr) is None:   # else a = b
         ab = slopes_at_zero(K.act.expr)
-        if ab is not None and ((K.act.pool == "max" and K.act.k >= 2) or ab[0] != ab[1]):
+        if ab is not None and (pooled or ab[0] != ab[1]):
             a, b = ab
             expr = a * x if a == b else a * sp.Min(x, 0) + b * sp.Max(x, 0)
             pool = "" if K.act.pool is None else f"+{K.act.pool}{K.act.k}"

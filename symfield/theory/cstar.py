@@ -25,7 +25,7 @@ from symfield.symbolic.activation import Activation
 from symfield.core import validate as check
 from symfield.symbolic.kernel import kernel
 from symfield.theory import norm as nm
-from symfield.theory.qstar import Q_MAX, at_infinity, limit_q, on_grid, q_star_points
+from symfield.theory.qstar import Q_MAX, at_infinity, at_zero, limit_q, on_grid, q_star_points
 
 
 # ---------------------------------------------------------------- c*
@@ -42,7 +42,8 @@ def c_star_f64(K, sw, sb, qs=None):
     first root of g in the direction f moves c1, located by a scan (SCAN equal steps, then
     points approaching +-1 geometrically, where the root sits when chi1 is just above 1) and
     refined by vroot. q* = 0 or inf: the normalised map c' = C(q, q, c q)/V(q) in that limit
-    (sigma_b2 negligible against q; exact for positively homogeneous psi). Returns (c*, q*)."""
+    (sigma_b2 negligible against q), exact where a limit kernel serves the row (qstar.at_infinity, at_zero)
+    and for positively homogeneous psi, else at q = limit_q. Returns (c*, q*)."""
     M = maps(K)
     sw, sb = np.asarray(sw, float), np.asarray(sb, float)
     qs = q_star_points(maps(K), sw, sb) if qs is None else qs
@@ -52,12 +53,15 @@ def c_star_f64(K, sw, sb, qs=None):
         c, _ = c_star_f64(K, sw[keep], sb[keep], qs[keep])
         return c[rep], qs
     finite = (qs > 0) & (qs < math.inf)
-    L, at_inf = at_infinity(K, qs)
-    qe = np.where(finite, qs, np.where(at_inf, 1.0, limit_q(K, qs)))
     c1 = _c1(sw, sb)
     # odd psi from c^(1) = 0 (sigma_b2 = 0) stays at c = 0 exactly, C(q, q, 0) = E[psi]^2 = 0: no descent
     descend = (qs == 0) & (sw > 0) & ~((K.parity == 1) & (c1 == 0))
     to_zero = np.nonzero(descend)[0] if _descent_cheap(K, M) else np.zeros(0, int)
+    L, at_inf = at_infinity(K, qs)
+    Z, at_0 = at_zero(K, qs)
+    at_0[to_zero] = False       # descended rows keep the maps at small q (the next order decides there)
+    at_lim = at_inf | at_0      # the exact limit kernels, at q = 1
+    qe = np.where(finite, qs, np.where(at_lim, 1.0, limit_q(K, qs)))
     per_point = SCAN + NEAR_END.size    # lookups announced to the rent-or-buy rule: a scan's worth per descent
     M.plan(sw.size + to_zero.size * per_point)
     frozen = np.zeros(sw.shape, bool)
@@ -65,29 +69,32 @@ def c_star_f64(K, sw, sb, qs=None):
         c1 = c1.copy()
         c1[to_zero], frozen[to_zero] = _descend(M, sw[to_zero])
     vq = np.ones(qe.shape)
-    rest = ~finite & ~at_inf
+    rest = ~finite & ~at_lim
     vq[rest] = M.V(qe[rest])
-    if at_inf.any():
-        vq[at_inf] = L.V(1.0)
+    for E, on in ((L, at_inf), (Z, at_0)):
+        if on.any():
+            vq[on] = E.V(1.0)
 
     def g(c, j):
-        f, li = finite[j], at_inf[j]
         val = np.empty(j.shape)
-        if (~li).any():
-            val[~li] = M.C_eq(qe[j[~li]], c[~li])
-        if li.any():
-            val[li] = L.C_eq(qe[j[li]], c[li])
+        for E, on in ((M, ~at_lim[j]), (L, at_inf[j]), (Z, at_0[j])):
+            if on.any():
+                val[on] = E.C_eq(qe[j[on]], c[on])
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(f, (sw[j] * val + sb[j]) / qe[j], val / vq[j]) - c
+            return np.where(finite[j], (sw[j] * val + sb[j]) / qe[j], val / vq[j]) - c
 
     n = sw.size
-    alln = np.arange(n)
     out = np.full(n, np.nan)
-    g1 = g(c1, alln)
-    done = (np.abs(g1) <= G_TOL) | (sw == 0) | np.isnan(qs) | frozen
+    done = (sw == 0) | np.isnan(qs) | frozen
     out[done] = np.where(np.isnan(qs[done]), np.nan, c1[done])
-    to_one = _ordered_to_one(K, M, sw, qs, finite, c1, g1) & ~done
+    to_one = _ordered_to_one(M, sw, qs, finite, c1) & ~done    # before any C: c* = 1 by convexity
     out[to_one], done[to_one] = 1.0, True
+    g1 = np.zeros(n)
+    live = np.nonzero(~done)[0]
+    if live.size:
+        g1[live] = g(c1[live], live)
+    fixed = ~done & (np.abs(g1) <= G_TOL)
+    out[fixed], done[fixed] = c1[fixed], True
     M.plan(sw.size + (to_zero.size + int((~done).sum())) * per_point)    # ... and per point still scanned
     end = np.where(g1 > 0, 1.0, -1.0)
     climb = np.nonzero(_climbing(c1, g1) & ~done)[0]
@@ -187,15 +194,17 @@ def _limit_twins(K, M, sw, sb, qs):
 CHI1_MARGIN = 1e-9   # chi1 <= 1 - this: c* = 1 without a scan (c^(1) >= 0)
 
 
-def _ordered_to_one(K, M, sw, qs, finite, c1, g1):
-    """Points whose c* is 1 by convexity, no scan needed. At equal norms the k nodes of a pool see
-    (u_i, v_i) independent across i, each pair at correlation c, so Mehler's formula factorises over the
-    nodes: C(q, q, c q) = E[psi(u) psi(v)] = sum_alpha c^|alpha| q^|alpha| E[d^alpha psi]^2/alpha! (multi-index
-    alpha over the k nodes), nonnegative coefficients for one node, an average and a max alike. So
-    g(c) = f(c) - c is convex on [0, 1] with g(1) = 0 at q*, and its slope at c = 1 (one-sided for a max of a
-    non-monotone phi, where C - C(1) has a (1 - c)^(3/2) term) is chi1 - 1, chi1 = sigma_w2 E[psi'^2].
-    If chi1 < 1 and g(c^(1)) > 0, g has no root in [c^(1), 1) and the recursion climbs to 1."""
-    ok = finite & (c1 >= 0) & (g1 > G_TOL)
+def _ordered_to_one(M, sw, qs, finite, c1):
+    """Points whose c* is 1 by convexity, decided before any C is evaluated. At equal norms the k nodes of a
+    pool see (u_i, v_i) independent across i, each pair at correlation c, so Mehler's formula factorises
+    over the nodes: C(q, q, c q) = E[psi(u) psi(v)] = sum_alpha c^|alpha| q^|alpha| E[d^alpha psi]^2/alpha!
+    (multi-index alpha over the k nodes; for a psi that is not smooth, such as a max of a non-monotone phi,
+    the Wiener chaos expansion sum_n c^n ||J_n psi||^2), nonnegative coefficients for one node, an average
+    and a max alike. So g(c) = f(c) - c is convex on [0, 1] with g(1) = 0 at a finite q*, and its slope at
+    c = 1 (one-sided where C - C(1) has a (1 - c)^(3/2) term) is chi1 - 1, chi1 = sigma_w2 E[psi'^2](q*).
+    Convexity puts g above its tangent at 1: g(c) >= (1 - chi1)(1 - c) > 0 on [c^(1), 1) when chi1 < 1, so
+    g has no root there and the recursion climbs to 1 (0 <= c^(1) < 1; no evaluation of g needed)."""
+    ok = finite & (c1 >= 0) & (c1 < 1) & (sw > 0)
     if not ok.any():
         return ok
     chi1 = np.full(sw.shape, np.inf)

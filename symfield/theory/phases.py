@@ -19,7 +19,7 @@ from symfield.symbolic.kernel import kernel
 
 from symfield.theory import norm as nm
 from symfield.theory.cstar import c_star_f64, gap_star
-from symfield.theory.qstar import at_infinity, fixed_points, limit_q
+from symfield.theory.qstar import at_infinity, at_zero, fixed_points, limit_q
 
 
 PHASES = ("ordered-deep-prejudice", "edge-of-chaos", "chaotic-deep-prejudice", "prejudice", "neutrality")
@@ -45,11 +45,14 @@ def phase_fields(K, sigma_w2, sigma_b2, eoc_tol):
     cs, qs = c_star_f64(K, sw, sb)
     finite = (qs > 0) & (qs < math.inf)
     L, at_inf = at_infinity(K, qs)
+    Z, at_0 = at_zero(K, qs)
     qe = np.where(finite, qs, limit_q(K, qs))
     slope = np.empty(qs.shape)
-    slope[~at_inf] = sw[~at_inf] * maps(K).dpsi2(qe[~at_inf])
-    if at_inf.any():
-        slope[at_inf] = sw[at_inf] * L.dpsi2(np.ones(int(at_inf.sum())))
+    on = ~at_inf & ~at_0
+    slope[on] = sw[on] * maps(K).dpsi2(qe[on])
+    for E, lim in ((L, at_inf), (Z, at_0)):       # the exact limit kernels' E[psi'^2] (q-independent)
+        if lim.any():
+            slope[lim] = sw[lim] * E.dpsi2(np.ones(int(lim.sum())))
     gap = gap_star(K, sw, sb, cs, qs)          # 1 - c*, from the distance map where c* is near 1
     with np.errstate(divide="ignore", invalid="ignore"):
         gamma = np.where(cs >= 1, math.inf, (1 - gap) / gap)

@@ -26,7 +26,7 @@ from symfield.numeric.remainder import Q_SPLIT, g_split, remainder
 from symfield.numeric.vroot import vroot
 from symfield.symbolic.activation import Activation
 from symfield.symbolic.kernel import kernel
-from symfield.symbolic.limits import limit_kernel
+from symfield.symbolic.limits import limit_kernel, zero_limit_kernel
 from symfield.theory import norm as nm
 
 Q_MIN, Q_MAX = 1e-12, 1e12
@@ -51,6 +51,20 @@ def at_infinity(K, qs):
     if LK is None:
         return None, np.zeros(np.shape(qs), bool)
     return maps(LK), at_inf
+
+
+def at_zero(K, qs):
+    """(maps of the q -> 0 limit kernel or None, mask of the rows with q* = 0 it serves): where phi(0) = 0 with
+    finite slopes at 0 and the limit c-map is not the identity (a max-pool of such a phi, or a != b), the
+    normalised maps at q* = 0 are exactly those of that limit (symfield.symbolic.limits.zero_limit_kernel),
+    evaluated at q = 1 (no O(q^(1/2)) remainder of the maps at q = limit_q)."""
+    zero = np.asarray(qs) == 0
+    if not zero.any() or K.degree_one:
+        return None, np.zeros(np.shape(qs), bool)
+    LK = zero_limit_kernel(K)
+    if LK is None:
+        return None, np.zeros(np.shape(qs), bool)
+    return maps(LK), zero
 
 
 def dpsi2_at_fixed_point(K, qs, dps=None):

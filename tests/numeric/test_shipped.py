@@ -155,3 +155,23 @@ def test_edited_or_unlisted_shipped_1d_table_is_refused(tmp_path, attack, qstar_
     got = [line for line in r.stderr.splitlines() if "CacheWarning" in line]
     assert len(got) == 1 and str(target) in got[0] and "shipped 1-D table ignored" in got[0] and why in got[0], r.stderr
     assert target.read_bytes() == before
+
+
+def test_a_kernel_of_the_same_psi_under_another_name_reads_the_shipped_table(tmp_path, monkeypatch):
+    """The q -> inf limit of gelu+max2 is a max-pool of Max(0, x), relu's phi: its table is relu+max2's shipped
+    one (found by the hash of what it tabulates), agreeing with the independent float64 argmax quadrature of
+    E[relu(max u) relu(max v)] (symfield.reports.bench_cold.max2_C) at q = 1."""
+    if "relu+max2" not in SPECS:
+        pytest.skip("relu+max2 is not shipped")
+    from symfield.reports.bench_cold import max2_C
+    from symfield.symbolic.limits import limit_kernel
+    monkeypatch.setenv("SYMFIELD_CACHE", str(tmp_path))
+    LK = limit_kernel(kernel_of("gelu+max2"))
+    path = tables.store.shipped_copy(LK)
+    assert path is not None and path.name == tables.ship_name(kernel_of("relu+max2"))
+    T = tables.read(path, LK, tables.Table, is_shipped=True)
+    assert T is not None and T.kind == "homogeneous"
+    from symfield.numeric.kernels import table_maps     # the table's lookups as plain Python (no compile)
+    relu = lambda x: np.maximum(x, 0.0)
+    for c in (-0.7, 0.1, 0.6, 0.95):
+        assert abs(table_maps.C(T.arrays(), 1.0, 1.0, c) - max2_C(relu, 1.0, 1.0, c)) <= 1e-12

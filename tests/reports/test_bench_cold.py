@@ -126,3 +126,34 @@ def test_max2_oracle_refuses_correlations_it_cannot_resolve():
     rho = bc.RHO_MAX
     assert bc.max2_C(g, 0.7, 0.7, 0.7 * rho) == pytest.approx(
         bc.max2_C(g, 0.7, 0.7, 0.7 * rho, nodes=24), rel=1e-13)
+
+
+@pytest.mark.slow        # ~30 s of mpmath quadrature
+def test_valley_oracle_of_gelu_max2_resolves_the_power_singularity_at_zero():
+    """E[psi'^2] of gelu+max2 at q = 4, where the pooled weight 2 F(phi(t)) has the singularity |t|^(1/q) at t = 0-
+    (the sublevel set's mirror end runs to -inf): the oracle (dpsi2_mp) against the same integral split at
+    m (phi's minimum) and 0, with the singular part int_m^0 phi'(t)^2 N(l(t)/s) n_s(t) dt moved to the mirror
+    variable l in (-inf, m) (dt = phi'(l) dl/phi'(t)), where it is smooth."""
+    import mpmath as mp
+    from symfield.symbolic.activation import activation
+    q, dps = 4, 20
+    with mp.workdps(dps + 5):
+        phi, dphi = (lambda x: x * mp.ncdf(x)), (lambda x: mp.ncdf(x) + x * mp.npdf(x))
+        m, s = mp.findroot(dphi, -0.75), mp.sqrt(q)
+        ns = lambda t: mp.npdf(t / s) / s
+
+        def mirror(a):       # t in (m, 0) with phi(t) = a (phi increases there): bisection, then Newton
+            lo, hi = m, mp.mpf(0)
+            for _ in range(60):
+                lo, hi = ((lo + hi) / 2, hi) if phi((lo + hi) / 2) < a else (lo, (lo + hi) / 2)
+            t = (lo + hi) / 2
+            for _ in range(4):
+                t -= (phi(t) - a) / dphi(t)
+            return t
+        left = [-12 * s - 5, -10, -5, -3, -2, -1.5, m]
+        smooth = mp.quad(lambda t: dphi(t) ** 2 * mp.ncdf(t / s) * ns(t), [m, 0, 1, 3, 10 * s, mp.inf])
+        moved = mp.quad(lambda l: dphi(mirror(phi(l))) * -dphi(l) * mp.ncdf(l / s) * ns(mirror(phi(l))), left)
+        far = mp.quad(lambda t: dphi(t) ** 2 * (mp.ncdf(mirror(phi(t)) / s) - mp.ncdf(t / s)) * ns(t), left)
+        ref = 2 * (smooth - moved + far)
+    got = bc.dpsi2_mp(activation("gelu", pool="max", k=2), q, dps)
+    assert abs(got - ref) <= mp.mpf(10) ** -18 * ref

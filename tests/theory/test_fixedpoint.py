@@ -390,9 +390,9 @@ def test_c_star_one_by_convexity_matches_the_scan(act, monkeypatch):
     sw, sb = sw.ravel(), sb.ravel()
     fast, qs = cstar.c_star_f64(K, sw, sb)
     chi1 = sw * maps(K).dpsi2(np.where((qs > 0) & np.isfinite(qs), qs, 1.0))
-    used = cstar._ordered_to_one(K, maps(K), sw, qs, (qs > 0) & np.isfinite(qs), sb / (sw + sb), np.ones(sw.size))
+    used = cstar._ordered_to_one(maps(K), sw, qs, (qs > 0) & np.isfinite(qs), sb / (sw + sb))
     assert used.sum() >= 20 and np.all(chi1[used] < 1)
-    monkeypatch.setattr(cstar, "_ordered_to_one", lambda K, M, sw, *a: np.zeros(sw.shape, bool))
+    monkeypatch.setattr(cstar, "_ordered_to_one", lambda M, sw, *a: np.zeros(sw.shape, bool))
     slow, _ = cstar.c_star_f64(K, sw, sb)
     np.testing.assert_array_equal(fast, slow)
 
@@ -482,3 +482,51 @@ def test_vroot_guard_and_speed():
         r = vroot(lambda x, j: f(x, j, n), lo, hi, lo ** n - 0.5, hi ** n - 0.5)
         np.testing.assert_allclose(r, 0.5 ** (1 / n), rtol=1e-15)
         assert len(calls) <= most
+
+
+def test_ordered_max_pool_of_gelu_gets_c_star_one_without_evaluating_C(monkeypatch):
+    """Oracle, an exact bound: |gelu'| <= gelu'(sqrt 2) = N(sqrt 2) + sqrt 2 n(sqrt 2) < 1.13, so
+    chi1 = sigma_w2 E[phi'(u_A)^2] < 0.64 at sigma_w2 = 0.5 whatever q*; with sigma_b2 > 0 (q* >= sigma_b2 finite)
+    the c-map's convexity on [0, 1] (nonnegative Mehler coefficients) leaves no root in [c^(1), 1): c* = 1.
+    The engine decides this before any C (a 4-D level-set integral here) is evaluated."""
+    from symfield.numeric.maps import Maps
+    from symfield.theory.cstar import c_star_f64
+
+    def no_C(self, *args):
+        raise AssertionError("C evaluated for a point ordered by convexity")
+    monkeypatch.setattr(Maps, "C", no_C)
+    sup = float(mp.ncdf(mp.sqrt(2)) + mp.sqrt(2) * mp.npdf(mp.sqrt(2)))
+    sw = np.array([0.5, 0.5, 0.2])
+    assert (sw * sup ** 2 < 1).all()
+    cs, qs = c_star_f64(kernel(sf.activation("gelu", pool="max", k=2)), sw, np.array([0.01, 0.2, 0.05]))
+    assert np.isfinite(qs).all() and (qs > 0).all()
+    assert (cs == 1.0).all()
+
+
+def test_q_star_zero_rows_of_a_max_pool_of_gelu_use_the_exact_small_q_limit():
+    """gelu(x) = x/2 + O(x^2), so as q -> 0 psi/sqrt(q) -> max(z1, z2)/2 and the normalised c-map at q* = 0 is
+    that of M = max(z1, z2): with max = mean + |difference|/2, E[M M'] = c/2 + (sqrt(1 - c^2) + c asin c)/pi and
+    E[M^2] = 1 (exact identities). That map is convex with value 1 and slope 1 at c = 1, so from c^(1) = 0 it
+    climbs to c* = 1, and chi1 = sigma_w2 E[psi'^2](0+) = sigma_w2/4: ordered. (At q = 1e-8 the maps'
+    O(q^(1/2)) remainder put a spurious fixed point at 1 - 1.2e-11 and chi1 1.8e-4 too high.)"""
+    from symfield.symbolic.limits import zero_limit_kernel
+    from symfield.theory.cstar import c_star_f64
+    act = sf.activation("gelu", pool="max", k=2)
+    K = kernel(act)
+    Z = maps(zero_limit_kernel(K))
+    assert float(Z.V(1.0)) == pytest.approx(0.25, rel=1e-15)
+    for c in (-0.9, -0.2, 0.4, 0.97):
+        exact = (c / 2 + (math.sqrt(1 - c * c) + c * math.asin(c)) / math.pi) / 4
+        assert abs(float(Z.C_eq(1.0, c)) - exact) <= 1e-15
+    cs, qs = c_star_f64(K, np.array([0.3, 1.0]), np.zeros(2))
+    assert (qs == 0).all() and (cs == 1.0).all()
+    ph = sf.phase(act, 1.0, 0.0, full=True)
+    assert ph.label == "ordered-deep-prejudice" and ph.slope == pytest.approx(0.25, rel=1e-14)
+
+
+def test_no_small_q_limit_kernel_where_its_c_map_is_the_identity():
+    """psi_0 linear (a = b, unpooled or an average): C_0(1, 1, c)/V_0(1) = c, every c a fixed point; c* is
+    decided by the next order (the descent or the maps at small q), so no limit kernel is used."""
+    from symfield.symbolic.limits import zero_limit_kernel
+    for act in ("gelu", sf.activation("tanh", pool="avg", k=2), "relu"):
+        assert zero_limit_kernel(kernel(act)) is None

@@ -9,7 +9,6 @@ built now over the requested q-range); :func:`find` gives it without building an
 from __future__ import annotations
 
 from symfield.core import caches
-from symfield.numeric import shipped
 from symfield.numeric.tables.build import D_DIFF, MP_CHECKS, QUAD_FLOOR  # noqa: F401 (named in tests and docs)
 from symfield.numeric.tables.geometry import E0, Q_CAP_EXP, Panel, panel_of, q_top  # noqa: F401
 from symfield.numeric.tables.pack import check_structure, pack  # noqa: F401
@@ -29,7 +28,7 @@ def find(act) -> Table:
     k = key(K)
     T = _TABLES.get(k)
     if T is None:
-        T = (read(store.path_of(K), K, Table) or read(shipped.lookup("tables", ship_name(K)), K, Table, is_shipped=True)
+        T = (read(store.path_of(K), K, Table) or read(store.shipped_copy(K), K, Table, is_shipped=True)
              or Table(K))
         _TABLES[k] = T
     return T

@@ -101,6 +101,19 @@ def ship_name(K) -> str:
     return f"sf_table_{slug}_{k}.npz"
 
 
+def shipped_copy(K) -> Path | None:
+    """The shipped file of K's table: the one of its own name, else one of another name with the same hash.
+    The hash names what is tabulated (phi's expression, pool, k, kinks), the name's slug only the activation,
+    so a kernel tabulating the same psi under another name (the q -> inf limit of gelu+max2, whose phi is
+    relu's Max(0, x)) reads that table. None when nothing is shipped for it."""
+    name = ship_name(K)
+    p = shipped.lookup("tables", name)
+    if p is None and shipped.enabled():
+        same = sorted(shipped.path("tables", "").glob("sf_table_*" + name[name.rindex("_"):]))
+        p = same[0] if same else None
+    return p
+
+
 def read(path, K, cls, is_shipped=False):
     """The table (a ``cls``) stored at ``path`` (None if absent). A file that cannot be read, fails its sha256 or
     :func:`check_structure` is moved aside with one warning (None: rebuilt); a shipped one is only

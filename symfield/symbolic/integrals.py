@@ -155,9 +155,10 @@ def integrals(expr) -> list:
     return sorted(expr.atoms(GaussianIntegral), key=sp.default_sort_key)
 
 
-def kinds(expr) -> set:
-    """The Kinds of the GaussianIntegrals in expr (empty for a closed form)."""
-    return {I.integrand.kind for I in expr.atoms(GaussianIntegral)}
+@lru_cache(maxsize=256)
+def kinds(expr) -> frozenset:
+    """The Kinds of the GaussianIntegrals in expr (empty for a closed form; memoised: a scalar sf.C asks per call)."""
+    return frozenset(I.integrand.kind for I in expr.atoms(GaussianIntegral))
 
 
 # ---------------------------------------------------------------- numbers (evalf, lambdify)

@@ -394,7 +394,11 @@ def test_c_star_one_by_convexity_matches_the_scan(act, monkeypatch):
     assert used.sum() >= 20 and np.all(chi1[used] < 1)
     monkeypatch.setattr(cstar, "_ordered_to_one", lambda M, sw, *a: np.zeros(sw.shape, bool))
     slow, _ = cstar.c_star_f64(K, sw, sb)
-    np.testing.assert_array_equal(fast, slow)
+    np.testing.assert_array_equal(fast == 1, slow == 1)
+    # the other roots: the two runs batch C differently, so the ski rental may serve a point from the table in one
+    # and from the quadrature in the other (max-pools: Hoeffding's rule costs ~1 ms, so the table is not always
+    # built first); both are certified to 1e-12 of the scale
+    np.testing.assert_allclose(fast, slow, rtol=1e-12, atol=0)
 
 
 def test_max_pool_slope_at_c_one_is_chi1_for_a_non_monotone_phi():

@@ -1,8 +1,9 @@
 """Numeric rules for the pooled Gaussian integrals (max-pool order statistics, level sets).
 
 Dispatches a pool integral to its rule: the order-statistic densities of a monotone phi
-(quadrature.max_expect1/max_expect2, and the float64 pair-law rule) or, for phi not monotone,
-the generalised order statistics of phi's level sets (levelsets.py).
+(quadrature.max_expect1/max_expect2, and the float64 pair-law rule), in float64 the covariance E[f(M_u) g(M_v)]
+by Hoeffding's identity where it applies (hoeffding.py) or, for phi not monotone, the generalised order
+statistics of phi's level sets (levelsets.py).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import math
 import mpmath
 import sympy as sp
 
+from symfield.numeric.pool import hoeffding as HF
 from symfield.numeric.pool import levelsets as LS
 from symfield.numeric.quadrature import GUARD, elementwise, max_expect1, max_expect2
 from symfield.symbolic.formula import X as x
@@ -152,6 +154,31 @@ def _level2_mp(spec, pt, k, lv, dps, vectorise):
     return run2_mp
 
 
+# ---------------------------------------------------------------- monotone max-pool covariance, float64
+def _hoeffding(spec: Integrand, kinks, vectorise, numpy_modules):
+    """Hoeffding's rule (hoeffding.Max2) of a MAX2 integral: f, g with finite derivatives on [-40, 40], else None."""
+    fp, gp = (sp.diff(e, x) for e in (spec.f, spec.g))
+    if any(e.has(sp.DiracDelta, sp.Derivative, sp.Subs) for e in (fp, gp)):
+        return None
+    try:
+        dv = [vectorise(e, numpy_modules) for e in (fp, gp)]
+        v0 = [float(sp.sympify(e).subs(x, 0)) for e in (spec.f, spec.g)]
+        return HF.Max2(dv[0], dv[1] if gp != fp else dv[0], v0[0], v0[1], spec.k, kinks)
+    except (ValueError, TypeError, ArithmeticError):     # f' not finite on [-40, 40], f(0) not a number
+        return None
+
+
+def _max2_f64(hoeff, f, g, q1, q2, q12, k, kinks):
+    """E[f(M_u) g(M_v)]: Hoeffding's rule for |c| <= hoeffding.C_MAX where it is finite, else the h_k quadrature
+    (max_expect2, which flags or raises what it cannot resolve)."""
+    q1, q2, q12 = float(q1), float(q2), float(q12)
+    if q1 > 0 and q2 > 0 and abs(q12) <= HF.C_MAX * math.sqrt(q1 * q2):
+        out = hoeff(q1, q2, q12)
+        if math.isfinite(out):
+            return out
+    return max_expect2(f, g, q1, q2, q12, k, kinks=kinks)
+
+
 def pool_impl(spec: Integrand, kinks, dps, vectorise, numpy_modules):
     """Numeric callable of a pooled GaussianIntegral (Kind MAX1, MAX2, ARGMAX2, LEVEL1, LEVEL2)."""
     kind, k = spec.kind, spec.k
@@ -163,6 +190,11 @@ def pool_impl(spec: Integrand, kinks, dps, vectorise, numpy_modules):
             return lambda qv: max_expect1(f, qv, k, kinks=kinks, dps=dps)
         return lambda qv: elementwise(lambda a: max_expect1(f, a, k, kinks=kinks), (qv,), None)
     f, g = (vectorise(e, numpy_modules if dps is None else "mpmath") for e in (spec.f, spec.g))
+    if dps is None and kind is Kind.MAX2:
+        hoeff = _hoeffding(spec, kinks, vectorise, numpy_modules)
+        if hoeff is not None:
+            return lambda a, b, c: elementwise(lambda x1, x2, x3: _max2_f64(hoeff, f, g, x1, x2, x3, k, kinks),
+                                               (a, b, c), None)
     if dps is not None:
         return lambda a, b, c: max_expect2(f, g, a, b, c, k, kinks=kinks, argmax_only=kind is Kind.ARGMAX2, dps=dps)
     return lambda a, b, c: elementwise(lambda x1, x2, x3: max_expect2(f, g, x1, x2, x3, k, kinks=kinks,

@@ -105,6 +105,18 @@ def c_star_f64(K, sw, sb, qs=None):
         done[climb] = True
         if j.size:
             out[climb[j]] = vroot(lambda x, k: g(x, climb[j[k]]), lo_j, hi_j, glo_j, ghi_j)
+    rows = np.nonzero(~done)[0]
+    if rows.size:
+        out[rows] = _scan(lambda c, k: g(c, rows[k]), c1[rows], g1[rows], end[rows])
+    return out, qs
+
+
+def _scan(g, c1, g1, end):
+    """c* by the first sign change of g(c, k) (rows k of the arrays) on SCAN equal steps from c^(1) toward
+    end = +-1, then points approaching it geometrically (NEAR_END; there a crossing must stand out of the
+    maps' rounding, G_TOL), refined by vroot; end where g keeps its sign."""
+    n = c1.size
+    out, done = np.full(n, np.nan), np.zeros(n, bool)
     fracs = np.concatenate([np.arange(1, SCAN) / SCAN, 1 - NEAR_END / SCAN])
     prev_c, prev_g = c1.copy(), g1.copy()
     lo, hi, glo, ghi = (np.full(n, np.nan) for _ in range(4))
@@ -119,7 +131,7 @@ def c_star_f64(K, sw, sb, qs=None):
         out[idx[hit]] = c[hit]
         done[idx[hit]] = True
         cross = ~hit & ((gc > 0) != (prev_g[idx] > 0))
-        if i >= SCAN - 1:  # near +-1 a crossing must stand out of the maps' rounding (G_TOL)
+        if i >= SCAN - 1:
             cross &= np.abs(gc) > G_TOL
         j = idx[cross]
         lo[j], hi[j], glo[j], ghi[j] = prev_c[j], c[cross], prev_g[j], gc[cross]
@@ -130,7 +142,7 @@ def c_star_f64(K, sw, sb, qs=None):
     j = np.nonzero(bracketed)[0]
     if j.size:
         out[j] = vroot(lambda x, k: g(x, j[k]), lo[j], hi[j], glo[j], ghi[j])
-    return out, qs
+    return out
 
 
 CLIMB = 4.0 ** -np.arange(1, 21)     # 1 - c = (1 - c^(1)) 4^-j: the climb's probes toward c = 1

@@ -44,13 +44,7 @@ def at_infinity(K, qs):
     """(maps of the q -> inf limit kernel or None, mask of the rows with q* = inf it serves): where psi grows
     linearly but is not homogeneous, the normalised maps at q* = inf are exactly those of its limit
     (symfield.symbolic.limits), evaluated at q = 1."""
-    at_inf = np.asarray(qs) == math.inf
-    if not at_inf.any() or K.degree_one:
-        return None, np.zeros(np.shape(qs), bool)
-    LK = limit_kernel(K)
-    if LK is None:
-        return None, np.zeros(np.shape(qs), bool)
-    return maps(LK), at_inf
+    return _limit_rows(K, np.asarray(qs) == math.inf, limit_kernel)
 
 
 def at_zero(K, qs):
@@ -58,13 +52,18 @@ def at_zero(K, qs):
     finite slopes at 0 and the limit c-map is not the identity (a max-pool of such a phi, or a != b), the
     normalised maps at q* = 0 are exactly those of that limit (symfield.symbolic.limits.zero_limit_kernel),
     evaluated at q = 1 (no O(q^(1/2)) remainder of the maps at q = limit_q)."""
-    zero = np.asarray(qs) == 0
-    if not zero.any() or K.degree_one:
-        return None, np.zeros(np.shape(qs), bool)
-    LK = zero_limit_kernel(K)
+    return _limit_rows(K, np.asarray(qs) == 0, zero_limit_kernel)
+
+
+def _limit_rows(K, rows, limit):
+    """(maps of the kernel limit(K), rows) where there are rows and K has that limit, else (None, no rows);
+    positively homogeneous psi need none (their maps at q = 1 are exact)."""
+    if not rows.any() or K.degree_one:
+        return None, np.zeros(rows.shape, bool)
+    LK = limit(K)
     if LK is None:
-        return None, np.zeros(np.shape(qs), bool)
-    return maps(LK), zero
+        return None, np.zeros(rows.shape, bool)
+    return maps(LK), rows
 
 
 def dpsi2_at_fixed_point(K, qs, dps=None):

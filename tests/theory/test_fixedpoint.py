@@ -418,13 +418,18 @@ def test_c_star_limit_rows_share_one_scan(act, monkeypatch):
     """Rows at q* = 0 or inf solve one limit c-map per (q*, c^(1)): solving each row on its own gives the same c*."""
     from symfield.theory import cstar   # noqa: PLC0415
     K = kernel(sf.activation(act))
+    # one lookup path for both runs: the rent-or-buy rule times quadrature, so under load it may buy a table
+    # between them, and the finite rows' roots then differ in the last bits
+    monkeypatch.setattr(maps(K), "_ahead", 10**9)
     sw, sb = np.meshgrid(np.linspace(0.0, 4.0, 21), np.linspace(0.0, 0.2, 4))
     sw, sb = sw.ravel(), sb.ravel()
     shared, qs = cstar.c_star_f64(K, sw, sb)
-    assert ((qs == 0) | (qs == np.inf)).sum() >= 3
+    lim = (qs == 0) | (qs == np.inf)
+    assert lim.sum() >= 3
     monkeypatch.setattr(cstar, "_limit_twins", lambda *a: None)
     alone, _ = cstar.c_star_f64(K, sw, sb)
-    np.testing.assert_array_equal(shared, alone)
+    np.testing.assert_array_equal(shared[lim], alone[lim])
+    np.testing.assert_allclose(shared, alone, rtol=1e-13, atol=0)
 
 
 @pytest.mark.parametrize("act", ["tanh", "erf", "sin", ("tanh", "avg"), ("tanh", "max")])

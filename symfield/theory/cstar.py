@@ -100,9 +100,7 @@ def c_star_f64(K, sw, sb, qs=None):
     climb = np.nonzero(_climbing(c1, g1) & ~done)[0]
     if climb.size:     # convex g from c^(1) >= 0 up: one root below 1 or none (_climb); no scan
         j, lo_j, hi_j, glo_j, ghi_j = _climb(lambda c, k: g(c, climb[k]), c1[climb], g1[climb])
-        rest_c = np.setdiff1d(np.arange(climb.size), j)
-        out[climb[rest_c]] = 1.0
-        done[climb] = True
+        out[climb], done[climb] = 1.0, True      # no bracket: the recursion climbs to 1
         if j.size:
             out[climb[j]] = vroot(lambda x, k: g(x, climb[j[k]]), lo_j, hi_j, glo_j, ghi_j)
     rows = np.nonzero(~done)[0]

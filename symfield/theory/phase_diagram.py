@@ -18,10 +18,10 @@ from symfield.core.dataset import ToXarray
 from symfield.symbolic.activation import Activation
 from symfield.symbolic.kernel import kernel
 from symfield.theory import norm as nm
-from symfield.numeric.maps import maps
 from symfield.theory.eoc import eoc_line
 from symfield.theory.neutrality import neutrality_line
 from symfield.theory.phases import PHASES, phase_fields
+from symfield.theory.qstar import q_slope
 from symfield.theory.propagate import propagate
 from symfield.theory.trainability import depth_scale_fields
 
@@ -174,7 +174,7 @@ def phase_diagram(act: str | Activation, sigma_w2: ArrayLike, sigma_b2: ArrayLik
     stable = np.ones(sb_axis.shape, bool)
     fin = np.nonzero((qe > 0) & (qe < np.inf))[0]
     if fin.size:        # sigma_w2 V'(q*) <= 1: the EOC's q* attracts (q_slope)
-        stable[fin] = eoc[fin] * np.asarray(maps(K).dV(qe[fin]), float) <= 1
+        stable[fin] = q_slope(K, eoc[fin], qe[fin]) <= 1
     neut = neutrality_drawn(K, sb_axis, float(sw_axis.max()))
     c_d = g_d = None
     if depth is not None:

@@ -196,12 +196,17 @@ def q_star_points(N, sw, sb, q1=None):
     return out
 
 
-def q_slope(K, sigma_w2, q) -> float:
-    """sigma_w2 V'(q) in float64 at a fixed point q >= 0 of kernel K: below 1 the fixed point attracts,
-    above 1 it repels (q = 0, where psi(0) = 0: V'(0+) = E[psi'^2](0+))."""
-    if float(q) > 0:
-        return float(sigma_w2) * float(maps(K).dV(float(q)))
-    return float(sigma_w2) * float(maps(K).dpsi2(1e-40))
+def q_slope(K, sigma_w2, q):
+    """sigma_w2 V'(q) in float64 at fixed points q >= 0 of kernel K (scalars, or arrays that broadcast): below 1
+    the fixed point attracts, above 1 it repels (q = 0, where psi(0) = 0: V'(0+) = E[psi'^2](0+))."""
+    q = np.asarray(q, float)
+    pos, d = q > 0, np.empty(q.shape)
+    if pos.any():
+        d[pos] = maps(K).dV(q[pos])
+    if (~pos).any():
+        d[~pos] = float(maps(K).dpsi2(1e-40))
+    out = np.asarray(sigma_w2, float) * d
+    return float(out) if out.ndim == 0 else out
 
 
 @dataclass(frozen=True)

@@ -25,17 +25,13 @@ from symfield.symbolic.gaussian import q2 as Q2
 from symfield.symbolic.gaussian import q12 as Q12
 from symfield.symbolic.integrals import Kind, integrals
 
-def _is_max_rule(K, atoms):
-    """C is one max-pool integral (MAX2) whose phi is kinked at 0 at most: the max-pool rule evaluates it."""
-    return (len(atoms) == 1 and K.C == atoms[0] and atoms[0].integrand.kind is Kind.MAX2
-            and set(float(v) for v in K.kinks) <= {0.0})
-
-
 def rule_kind(K) -> str:
     """How :class:`Evaluator` computes K's node values, read off C's integrals without building it: "rule"
-    (the max-pool rule), "polar" (every integral of C a 2-D normal one of a kink-free phi) or "quadrature"."""
+    (C is one max-pool integral, MAX2, of a phi kinked at 0 at most: the max-pool rule), "polar" (every
+    integral of C a 2-D normal one of a kink-free phi) or "quadrature"."""
     atoms = integrals(K.C)
-    if _is_max_rule(K, atoms):
+    if (len(atoms) == 1 and K.C == atoms[0] and atoms[0].integrand.kind is Kind.MAX2
+            and set(float(v) for v in K.kinks) <= {0.0}):
         return "rule"
     return "polar" if all(I.integrand.kind is Kind.NORMAL2 and not K.kinks for I in atoms) else "quadrature"
 
@@ -53,7 +49,8 @@ class Evaluator:
             self.V = lambda qv: QD.expect1_vec(f2, qv, kinks=tuple(K.kinks))
         else:
             self.V = N.evaluator(K.V, (Q,), tuple(K.kinks), None)
-        impls, repl, fast = {}, {}, True
+        impls, repl = {}, {}
+        kind = rule_kind(K)
         self.R = None     # R(q, theta) = (V - C)/(q sin^2(theta/2)) without cancellation (set by Table)
         for i, I in enumerate(integrals(K.C)):
             spec = I.integrand
@@ -65,17 +62,15 @@ class Evaluator:
                 impls[name] = Polar2(f, g, parity if spec.f == spec.g else 0, spec.f if spec.g == spec.f else None)
             else:
                 impls[name] = N.integral_rule(spec, tuple(K.kinks), None)
-                fast = False
             repl[I] = sp.Function(name)(*((I.scale(),) if spec.kind.dims == 1 else (Q1, Q2, Q12)))
-        self.fast = fast
+        self.fast = kind != "quadrature"      # the polar rule for every integral, or the max-pool rule
         self.polars = [v for v in impls.values() if isinstance(v, Polar2) and v.f is v.g]
         self.maxrule = None
-        atoms_ = integrals(K.C)
-        if _is_max_rule(K, atoms_):
-            spec = atoms_[0].integrand
+        if kind == "rule":
+            spec = integrals(K.C)[0].integrand
             f = N.vectorised(spec.f, N.NUMPY_MODULES)
             g = f if spec.g == spec.f else N.vectorised(spec.g, N.NUMPY_MODULES)
-            self.maxrule, self.fast = (f, g, spec.k), True
+            self.maxrule = (f, g, spec.k)
         atoms = list(K.C.atoms(sp.Integral))
         # C is one polar integral (single-node phi): C/cos(theta) directly for odd psi
         self.single = impls["_quad0"] if len(atoms) == 1 and K.C == atoms[0] and isinstance(impls.get("_quad0"), Polar2) else None

@@ -72,11 +72,11 @@ def _accurate(f, modules):
     expression (exp(-851 x/500) is a polynomial of degree 851 in exp(x/500)): it runs under
     REWRITE_SECONDS, else the rewrite as written is used and checked near 0, with a warning if digits are lost."""
     try:
-        return sp.lambdify(x, _factored_rewrite(f), modules=modules)
+        return _lambdify(x, _factored_rewrite(f), modules)
     except timelimit.TooExpensive:
-        fast = sp.lambdify(x, _cheap_rewrite(f), modules=modules)
+        fast = _lambdify(x, _cheap_rewrite(f), modules)
     except Exception:       # a form the rewriter does not take: as given
-        return sp.lambdify(x, f, modules=modules)
+        return _lambdify(x, f, modules)
     p = _digits_lost_near_0(fast, f)
     if p is not None:
         warnings.warn(f"float64 evaluation of {f} loses digits near x = {p:g} (cancellation not rewritten "
@@ -144,6 +144,21 @@ NUMPY_MODULES = [{"Heaviside": lambda a, h=0.5: np.heaviside(a, h), "SinMinusTCo
 MPMATH_MODULES = [{"SinMinusTCos": sin_minus_tcos_mp}, "mpmath"]
 
 
+def _lambdify(args, expr, modules):
+    """sp.lambdify; with "scipy" among ``modules``, SciPy joins only for a function NumPy's printer does not
+    know (erf, gamma, Bessel, ...): importing scipy costs ~0.3 s, more than a whole warm phase diagram of tanh."""
+    if "scipy" in modules and not _needs_scipy(expr):
+        modules = [m for m in modules if m != "scipy"]
+    return sp.lambdify(args, expr, modules=modules)
+
+
+def _needs_scipy(expr) -> bool:
+    from sympy.printing.numpy import NumPyPrinter, SciPyPrinter
+    names = {type(f).__name__ for f in sp.sympify(expr).atoms(sp.Function)}
+    return any((n in SciPyPrinter._kf and n not in NumPyPrinter._kf)
+               or (hasattr(SciPyPrinter, "_print_" + n) and not hasattr(NumPyPrinter, "_print_" + n)) for n in names)
+
+
 _INTEGRANDS: dict = caches.memo()
 
 
@@ -185,9 +200,9 @@ def evaluator(expr: sp.Expr, args: tuple, kinks: tuple = (), dps: int | None = N
         repl[I] = sp.Function(name)(*((I.scale(),) if I.integrand.kind.dims == 1 else (G.q1, G.q2, G.q12)))
     body = expr.xreplace(repl)
     if dps is None:
-        fn = sp.lambdify(args, body, modules=[impls] + NUMPY_MODULES)
+        fn = _lambdify(args, body, [impls] + NUMPY_MODULES)
         scaled = scaled_erfc(body)
-        fn2 = sp.lambdify(args, scaled, modules=[impls] + NUMPY_MODULES) if scaled != body else None
+        fn2 = _lambdify(args, scaled, [impls] + NUMPY_MODULES) if scaled != body else None
 
         def run(*vals):
             with np.errstate(invalid="ignore", divide="ignore", over="ignore"):

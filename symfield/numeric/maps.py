@@ -22,10 +22,10 @@ import sympy as sp
 from symfield.core import caches
 from symfield.core.errors import NotCertified, NotPrintable, NotTabulable
 from symfield.numeric import codegen, grid, small_q, tables
+from symfield.numeric.tables import lookup
 from symfield.numeric.context import FLOAT64, Mp
 from symfield.numeric.distance import rule as distance_rule
 from symfield.numeric.evaluate import evaluate, evaluator
-from symfield.numeric.kernels import table_maps
 from symfield.numeric.tail import tail
 from symfield.numeric.table1d import Table1D
 from symfield.symbolic.gaussian import q as Q, q1 as Q1, q2 as Q2, q12 as Q12
@@ -36,7 +36,7 @@ TABLE_1D = ("V", "dpsi2")          # 1-D maps that get a table when they are int
 METHODS = ("auto", "table", "quadrature")
 TAIL_Q = tables.q_top()            # equal norms from the table top up: the large-q tail (numerics section 11)
 TAIL_Q_MIN = 32.0                  # ... and from here up, above the panels built, where panels cost minutes
-COMPILE_SECONDS = 3.0              # loading the compiled table module (numba's cache warm: less; cold: more)
+COMPILE_WORK = 1e6                 # point-layers from which a table-backed grid runs compiled (NumPy below it)
 _MAPS: dict = caches.memo()
 
 
@@ -112,7 +112,6 @@ class Maps:
         self._t1d: dict = {}
         self._rent1d = {name: _Rental(1e-4) for name in TABLE_1D}
         self._rent2d = _Rental(0.01)
-        self._rent_compile = _Rental(4e-4)   # table lookups as plain Python until compiling pays (rent or buy)
         self._ahead = 0                      # evaluations a caller announced (plan): the rental's known future
         self.tally = {"tail": 0, "quadrature": 0}   # equal-norm points at q >= the table top, by path
 
@@ -287,28 +286,19 @@ class Maps:
         return out.reshape(shape)
 
     def _lookup(self, name, *args):
-        """Table values at flat arrays: compiled once the table module is loaded or loading it pays (the same
-        rent-or-buy rule: plain-Python lookups, at their measured cost, until their total would
-        pass COMPILE_SECONDS), else the same functions as plain Python (no compilation for a few points)."""
-        M, n = self.table.arrays(), args[0].size
-        if self._compile_now(n):
+        """Table values at flat arrays: the compiled table module's once it is loaded (a grid ran there), else the
+        same table in NumPy (:mod:`symfield.numeric.tables.lookup`, about 0.5 us a point: loading numba costs
+        more than the lookups of a phase diagram)."""
+        M = self.table.arrays()
+        if codegen.table_module_loaded():
             fn = getattr(codegen.table_module(), f"{name}_many")
             return fn(M, *(np.ascontiguousarray(v) for v in args))
-        fn = getattr(table_maps, name)
-        return self._rent_compile.timed(lambda: np.array([fn(M, *map(float, vals)) for vals in zip(*args)],
-                                                         dtype=float), n)
-
-    def _compile_now(self, n_evals):
-        """The rent-or-buy rule of the table module: use it compiled once it is loaded, or when ``n_evals``
-        lookups (plus those announced by :meth:`plan`) as plain Python would cost more than COMPILE_SECONDS."""
-        if self.table.kind == "homogeneous":
-            self._rent_compile.per_eval = min(self._rent_compile.per_eval, 1e-5)   # one Chebyshev row: cheap
-        return codegen.table_module_loaded() or self._rent_compile.worth(n_evals + self._ahead, COMPILE_SECONDS)
+        return getattr(lookup, name)(M, *args)
 
     def plan(self, n_evals: int) -> None:
-        """Announce about ``n_evals`` table lookups to come (a scan over a grid). Rent or buy with the future
-        known: compiling the table module, or building a 1-D table of V or E[psi'^2], at once is chosen when
-        those evaluations as plain Python or quadrature would cost more."""
+        """Announce about ``n_evals`` evaluations to come (a scan over a grid). Rent or buy with the future
+        known: a 1-D table of V or E[psi'^2] is built at once when those evaluations by quadrature would cost
+        more."""
         self._ahead = max(self._ahead, int(n_evals))
 
     def C(self, q1, q2, q12):
@@ -458,10 +448,10 @@ class Maps:
         return out, status, last, method, {}, dict(info, distance=self._distance_note())
 
     def _compile_pays(self, work):
-        """Run the grid in the compiled table module: the method is "table", or :meth:`_compile_now` for the
-        lookups of ``work`` point-layers (about three per point-layer: C, D and V; a 24-layer network's one or
-        two points compile nothing, which cold costs 30 s or more)."""
-        return self.method == "table" or self._compile_now(3 * work)
+        """Run the grid in the compiled table module: the method is "table", the module is loaded, or ``work``
+        point-layers reach COMPILE_WORK (below it the NumPy recursion over the table's NumPy lookups costs
+        less than loading numba; a 24-layer network's few points compile nothing, which cold costs 30 s)."""
+        return self.method == "table" or codegen.table_module_loaded() or work >= COMPILE_WORK
 
     def _run_table(self, T, args, norm=0, aux=grid.NO_AUX, cover=None):
         def spill(point_layers, lo, hi):      # quadrature for these points is cheaper than building

@@ -62,7 +62,7 @@ def c_star_f64(K, sw, sb, qs=None):
     at_0[to_zero] = False       # descended rows keep the maps at small q (the next order decides there)
     at_lim = at_inf | at_0      # the exact limit kernels, at q = 1
     qe = np.where(finite, qs, np.where(at_lim, 1.0, limit_q(K, qs)))
-    per_point = SCAN + NEAR_END.size    # lookups announced to the rent-or-buy rule: a scan's worth per descent
+    per_point = SCAN + NEAR_END.size    # evaluations announced to the rent-or-buy rule (1-D tables): a scan per descent
     M.plan(sw.size + to_zero.size * per_point)
     frozen = np.zeros(sw.shape, bool)
     if to_zero.size:       # start the limit map where the recursion has brought c (c freezes: c* is there)

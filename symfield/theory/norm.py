@@ -608,7 +608,7 @@ def ln_c_star_many(K, opts, sw, sb):
     tot = sw + sb
     c1 = np.where(tot > 0, sb / np.where(tot > 0, tot, 1.0), 1.0)
     grid = np.sort(np.concatenate([np.broadcast_to(C_GRID, (n, C_GRID.size)), c1[:, None]], axis=1), axis=1)
-    maps(K).plan(grid.size * 8)         # the lookups ahead (grid and solve): compiled table maps pay at once
+    maps(K).plan(grid.size * 8)         # the evaluations ahead (grid and solve): 1-D tables pay at once
     g = c_next(K, opts, sw[:, None], sb[:, None], grid) - grid
     g[np.abs(g) <= ZERO_TOL] = 0.0
     g1 = c_next(K, opts, sw, sb, c1) - c1

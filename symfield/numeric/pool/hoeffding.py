@@ -25,7 +25,6 @@ import math
 from functools import lru_cache
 
 import numpy as np
-from scipy.special import ndtr, ndtri
 
 C_MAX = 0.925            # |c| above: D's ridge (width sqrt(1 - c^2)) and the t-integrand steepen; max_expect2 there
 N_PANEL = 16             # Gauss-Legendre points per panel
@@ -82,6 +81,7 @@ def _side(A, s, hx):
 
 def breakpoints(s, k, reach_f, kinks=(), hx=H_GAUSS):
     """Sorted panel ends in a for scale s, panels at most hx s wide (module docstring)."""
+    from scipy.special import ndtri     # noqa: PLC0415 (scipy loads in ~0.3 s: only when a rule is built)
     hi = min(float(-ndtri(EPS_TAIL / k)) * s, reach_f[1])
     lo = min(float(-ndtri(EPS_TAIL ** (1.0 / k))) * s, reach_f[0])
     b = [-x for x in reversed(_side(lo, s, hx)[1:])] + _side(hi, s, hx)
@@ -104,6 +104,7 @@ class Side:
         keep = u != 0
         self.a, self.u = a[keep], u[keep]
         self.x = self.a / s
+        from scipy.special import ndtr     # noqa: PLC0415
         self.N = ndtr(self.x)
         Nk = self.N ** k
         self.mean = f0 + float(np.dot(self.u, np.where(self.a > 0, 1.0 - Nk, -Nk)))

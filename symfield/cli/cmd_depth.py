@@ -3,8 +3,8 @@ from __future__ import annotations
 
 
 from symfield.cli.common import act_arg, parse_range
-from symfield.cli.format import (check_finite, emit, files, incomplete, norm_kw, progress, run_params, say_files,
-                                 show, status, to_json)
+from symfield.cli.format import (check_finite, emit, files, incomplete, norm_kw, progress_bar, run_params,
+                                 say_files, show, status, to_json)
 
 
 def cmd_propagate(args):
@@ -27,17 +27,30 @@ def cmd_propagate(args):
     return 0
 
 
+BLOCK_SECONDS = 1.0   # the phase diagram's blocks of sigma_b2 columns after the first: about this long each
+
+
 def phase_blocks(act, sw, sb, depth, eoc_tol):
-    """phase_diagram over blocks of sigma_b2 columns (every point is solved on its own, so the
-    blocks join into the full diagram), with a progress bar on a terminal."""
+    """phase_diagram over blocks of sigma_b2 columns (every point is solved on its own, so the blocks join
+    into the full diagram), with a progress bar on a terminal. The first block is a twentieth of the columns;
+    each later one is sized from the time per column so far to last about BLOCK_SECONDS (each call has a fixed
+    cost: a few-second diagram is two or three calls, not twenty)."""
     import dataclasses
+    import time
 
     import numpy as np
 
     from symfield.theory.phase_diagram import phase_diagram
-    blocks = np.array_split(np.arange(sb.size), min(sb.size, 20))
-    parts = [phase_diagram(act, sigma_w2=sw, sigma_b2=sb[j], depth=depth, eoc_tol=eoc_tol)
-             for j in progress(blocks, "phase")]
+    parts, i, step, spent = [], 0, max(1, sb.size // 20), 0.0
+    with progress_bar(sb.size, "phase") as bar:
+        while i < sb.size:
+            j = np.arange(i, min(sb.size, i + step))
+            t0 = time.perf_counter()
+            parts.append(phase_diagram(act, sigma_w2=sw, sigma_b2=sb[j], depth=depth, eoc_tol=eoc_tol))
+            spent += time.perf_counter() - t0
+            i += j.size
+            bar.update(j.size)
+            step = max(1, int(BLOCK_SECONDS * i / max(spent, 1e-9)))
     joined = {}
     for f in dataclasses.fields(parts[0]):
         v = getattr(parts[0], f.name)

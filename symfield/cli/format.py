@@ -37,6 +37,12 @@ def progress(items, desc):
     return tqdm(items, desc=desc, leave=False, file=sys.stderr, disable=not sys.stderr.isatty())
 
 
+def progress_bar(total, desc):
+    """A tqdm bar of ``total`` steps on a terminal (stderr), advanced by ``update(n)``; silent when piped."""
+    from tqdm.auto import tqdm
+    return tqdm(total=total, desc=desc, leave=False, file=sys.stderr, disable=not sys.stderr.isatty())
+
+
 def files(args):
     """Validate -o/--output and --plot before any work: (data path or None, plot path or None)."""
     out = writable(args.output, "-o/--output", (".csv", ".npz", ".nc")) if getattr(args, "output", None) else None

@@ -36,7 +36,7 @@ TABLE_1D = ("V", "dpsi2")          # 1-D maps that get a table when they are int
 METHODS = ("auto", "table", "quadrature")
 TAIL_Q = tables.q_top()            # equal norms from the table top up: the large-q tail (numerics section 11)
 TAIL_Q_MIN = 32.0                  # ... and from here up, above the panels built, where panels cost minutes
-COMPILE_WORK = 1e6                 # point-layers from which a table-backed grid runs compiled (NumPy below it)
+COMPILE_WORK = 2e4                 # point-layers from which a table-backed grid runs compiled (NumPy below it)
 _MAPS: dict = caches.memo()
 
 
@@ -253,7 +253,7 @@ class Maps:
         if could.any() and not covered[could].all():
             lo, hi = float(a[could].min()), float(a[could].max())
             need = T.panels_needed(lo, hi)
-            if self.method == "table" or self._rent2d.worth(n_evals, need * T.seconds_per_panel):
+            if self.method == "table" or self._rent2d.worth(n_evals + self._ahead, need * T.seconds_per_panel):
                 try:
                     T.extend_to(lo, hi)
                 except NotCertified:

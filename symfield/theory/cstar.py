@@ -95,9 +95,9 @@ def c_star_f64(K, sw, sb, qs=None):
         g1[live] = g(c1[live], live)
     fixed = ~done & (np.abs(g1) <= G_TOL)
     out[fixed], done[fixed] = c1[fixed], True
-    M.plan(sw.size + (to_zero.size + int((~done).sum())) * per_point)    # ... and per point still scanned
     end = np.where(g1 > 0, 1.0, -1.0)
     climb = np.nonzero(_climbing(c1, g1) & ~done)[0]
+    M.plan(sw.size + (to_zero.size + int((~done).sum()) - climb.size) * per_point + climb.size * CLIMB_EVALS)
     if climb.size:     # convex g from c^(1) >= 0 up: one root below 1 or none (_climb); no scan
         j, lo_j, hi_j, glo_j, ghi_j = _climb(lambda c, k: g(c, climb[k]), c1[climb], g1[climb])
         out[climb], done[climb] = 1.0, True      # no bracket: the recursion climbs to 1
@@ -144,6 +144,7 @@ def _scan(g, c1, g1, end):
 
 
 CLIMB = 4.0 ** -np.arange(1, 21)     # 1 - c = (1 - c^(1)) 4^-j: the climb's probes toward c = 1
+CLIMB_EVALS = 12                     # evaluations of a climbing row announced to the rent-or-buy rule (~10 measured)
 
 
 def _climbing(c1, g1):

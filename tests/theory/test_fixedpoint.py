@@ -448,8 +448,12 @@ def test_c_star_climb_matches_the_scan(act, monkeypatch):
     assert climbed.sum() >= 5
     monkeypatch.setattr(cstar, "_climbing", lambda c1, g1: np.zeros(c1.shape, bool))
     slow, _ = cstar.c_star_f64(K, sw, sb)
-    np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-13)
+    # two float64 roots of g agree to the maps' rounding over |g'(c*)| (near the EOC g' -> 0: ill-conditioned)
     M, i = maps(K), np.nonzero(climbed)[0]
+    h = 1e-6
+    slope = np.ones(sw.shape)
+    slope[i] = sw[i] * (M.C_eq(qs[i], fast[i] + h) - M.C_eq(qs[i], fast[i] - h)) / (2 * h * qs[i]) - 1.0
+    assert np.all(np.abs(fast - slow) <= 1e-13 + 1e-15 / np.abs(slope))
     resid = (sw[i] * M.C_eq(qs[i], fast[i]) + sb[i]) / qs[i] - fast[i]
     assert np.abs(resid).max() < 1e-13
 
@@ -485,7 +489,7 @@ def test_vroot_guard_and_speed():
     def f(x, j, n):
         calls.append(x.size)
         return x ** n - 0.5
-    for n, most in ((3, 14), (21, 40)):
+    for n, most in ((3, 10), (21, 16)):
         calls.clear()
         lo, hi = np.array([0.1, 0.2]), np.array([1.5, 1.1])
         r = vroot(lambda x, j: f(x, j, n), lo, hi, lo ** n - 0.5, hi ** n - 0.5)

@@ -27,13 +27,23 @@ from symfield.symbolic.integrals import Kind, integrals
 
 def rule_kind(K) -> str:
     """How :class:`Evaluator` computes K's node values, read off C's integrals without building it: "rule"
-    (C is one max-pool integral, MAX2, of a phi kinked at 0 at most: the max-pool rule), "polar" (every
-    integral of C a 2-D normal one of a kink-free phi) or "quadrature"."""
+    (C is one max-pool integral, MAX2, of a phi kinked at 0 at most: the max-pool rule), "polar" (phi kink-free,
+    every integral of C a 2-D normal one, by the polar rule, or a 1-D one, once per q: an avg-pool's E[phi]^2
+    terms) or "quadrature"."""
     atoms = integrals(K.C)
     if (len(atoms) == 1 and K.C == atoms[0] and atoms[0].integrand.kind is Kind.MAX2
             and set(float(v) for v in K.kinks) <= {0.0}):
         return "rule"
-    return "polar" if all(I.integrand.kind is Kind.NORMAL2 and not K.kinks for I in atoms) else "quadrature"
+    smooth = not K.kinks and all(I.integrand.kind is Kind.NORMAL2 or I.integrand.kind.dims == 1 for I in atoms)
+    return "polar" if smooth else "quadrature"
+
+
+def _per_q(rule):
+    """A 1-D integral's rule evaluated once per distinct q (a panel's nodes repeat each q over every theta)."""
+    def once(s):
+        u, inv = np.unique(np.asarray(s, dtype=float), return_inverse=True)
+        return np.asarray(rule(u), dtype=float)[inv].reshape(np.shape(s))
+    return once
 
 
 class Evaluator:
@@ -60,6 +70,8 @@ class Evaluator:
                 g = f if spec.g == spec.f else N.vectorised(spec.g, N.NUMPY_MODULES)
                 # parity of the pair: both odd -> odd modes only, both even -> even modes only
                 impls[name] = Polar2(f, g, parity if spec.f == spec.g else 0, spec.f if spec.g == spec.f else None)
+            elif spec.kind.dims == 1:
+                impls[name] = _per_q(N.integral_rule(spec, tuple(K.kinks), None))
             else:
                 impls[name] = N.integral_rule(spec, tuple(K.kinks), None)
             repl[I] = sp.Function(name)(*((I.scale(),) if spec.kind.dims == 1 else (Q1, Q2, Q12)))

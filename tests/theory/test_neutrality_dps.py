@@ -103,3 +103,30 @@ def test_tanh_matches_quadrature_oracle(sb, dps):
     q0 = float(sf.q_star("tanh", float(got), sb))
     want = _tanh_oracle(sb, q0, dps + 10, 4 if dps <= 15 else 5)
     assert _digits(got, want) >= dps - 0.5, (got, want)
+
+
+@pytest.mark.parametrize("spec", ["tanh", "gelu", "relu+max2", "tanh+avg2", "softplus"])
+def test_floor_of_c_at_one_half_is_below_c(spec):
+    """The neutrality search skips C where max(E[psi]^2, V - q E[psi'^2]/2) already puts h above 0: that floor
+    is below C(q, q, q/2) (against mpmath quadrature of the defining integral for the single-node phi; the
+    engine's certified C for the pools), and close to it somewhere (not a vacuous bound)."""
+    import numpy as np   # noqa: PLC0415
+    import sympy as sp   # noqa: PLC0415
+
+    from symfield.numeric.maps import maps   # noqa: PLC0415
+    name, _, pool = spec.partition("+")
+    act = sf.activation(name, pool=pool[:3], k=int(pool[3:])) if pool else sf.activation(name)
+    N = maps(sf.kernel(act))
+    gaps = []
+    for q in (0.05, 0.5, 2.0, 8.0):
+        v = float(N.V(np.array([q]))[0])
+        floor = fp._c_half_floor(N, q, v)
+        if pool:
+            c = float(N.C_eq(np.array([q]), 0.5)[0])
+        else:
+            phi = act.expr
+            f = sp.lambdify(next(iter(phi.free_symbols)), phi, "mpmath")
+            c = float(mp_expect2(f, f, q, q, q / 2, dps=20))
+        assert floor <= c + 1e-13 * v, (q, floor, c)
+        gaps.append((c - floor) / v)
+    assert min(gaps) < 0.2

@@ -127,22 +127,10 @@ def _act(p):
 
 
 def _api():
-    """The public calls the rows make (the child has imported the ``symfield`` facade, as a user does)."""
-    from types import SimpleNamespace
-
-    from symfield.init.diagnosis import diagnose
-    from symfield.symbolic.activation import activation
-    from symfield.theory.gram import gram_fluctuations
-    from symfield.theory.jacobian import isometry_diagram, jacobian_spectrum
-    from symfield.theory.maps import C
-    from symfield.theory.neutrality import neutrality
-    from symfield.theory.phase_diagram import phase_diagram
-    from symfield.theory.phases import phase
-    from symfield.theory.propagate import propagate
-    return SimpleNamespace(C=C, neutrality=neutrality, phase=phase, phase_diagram=phase_diagram, propagate=propagate,
-                           gram_fluctuations=gram_fluctuations, jacobian_spectrum=jacobian_spectrum,
-                           isometry_diagram=isometry_diagram, activation=activation,
-                           init=SimpleNamespace(diagnose=diagnose))
+    """The public calls the rows make, through the ``symfield`` facade as a user makes them: ``sf.phase_diagram``
+    imports what a phase diagram needs and nothing else (the facade is lazy)."""
+    import symfield as sf
+    return sf
 
 
 def _spread(n, m=5):

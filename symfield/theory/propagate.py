@@ -7,7 +7,7 @@
 The recursion runs on the path the maps engine chooses (:meth:`symfield.numeric.maps.Maps.run_grid`):
 generated compiled code for closed forms ("numba-generated"), the compiled recursion over a certified
 table grown as the points move ("numba-table", "+numpy-quadrature" for points it cannot finish; "python-table",
-the same table looked up in Python, when a few point-layers would not repay compiling the table module), or the
+the same table looked up in NumPy, when a few point-layers would not repay loading the compiled table module), or the
 same step with NumPy quadrature ("numpy-quadrature"); docs/numerics.md section 1.
 """
 from __future__ import annotations

@@ -12,7 +12,8 @@ def vroot(f, lo, hi, flo, fhi, rtol=4e-16, maxiter=200):
     one it replaced), t from inverse quadratic interpolation through (a, b, c) where the three points make it
     safe, with xi = (a - b)/(c - b) and phi = (f_a - f_b)/(f_c - f_b),
 
-        phi^2 < xi  and  (1 - phi)^2 < 1 - xi:   t = f_a f_c/((f_b - f_a)(f_b - f_c)) + (c - a)/(b - a) f_a f_b/((f_c - f_a)(f_c - f_b)),
+        phi^2 < xi  and  (1 - phi)^2 < 1 - xi:
+            t = f_a f_c/((f_b - f_a)(f_b - f_c)) + (c - a)/(b - a) f_a f_b/((f_c - f_a)(f_c - f_b)),
 
     else t = 1/2 (bisection), t kept a tolerance away from the ends; on a third step where the last three
     did not halve the bracket, t = 1/2 (never much slower than bisection). Stops when the bracket is below

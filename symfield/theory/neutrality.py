@@ -148,7 +148,7 @@ def neutrality_line(K, sigma_b2, sigma_w2_max=50.0):
         hi[j[cross]], hhi[j[cross]] = qe, h[cross]
         live[j[cross]] = False
         lo[j[climb]], hlo[j[climb]] = qe, (h[climb] if exact else np.nan)   # NaN: > 0, evaluated if bracketed
-    first = np.nonzero(~failed & np.isnan(hlo))[0]       # h at the bracket's low end (sigma_b2+ or a step the floor decided)
+    first = np.nonzero(~failed & np.isnan(hlo))[0]       # h at the low end: sigma_b2+ or a step the floor decided
     if first.size:
         hlo[first] = parts(lo[first], first)[1]
         failed[first[~(hlo[first] > 0)]] = True

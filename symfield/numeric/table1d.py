@@ -104,7 +104,7 @@ class Table1D:
         flat, res = q.ravel(), out.ravel()
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.log2(flat)
-        inside = (t >= P_LO) & (t < self.hi[-1])
+        inside = (t >= P_LO) & (t <= self.hi[-1])     # panels are closed: q = 2^P_HI is the last one's end
         if (~inside).any():      # direct evaluation, once per distinct value (brackets repeat Q_MIN, Q_MAX)
             u, inv = np.unique(flat[~inside], return_inverse=True)
             res[~inside] = np.asarray(self.f(u), float)[inv.ravel()]

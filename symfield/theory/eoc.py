@@ -27,7 +27,7 @@ from symfield.symbolic.kernel import kernel
 from symfield.symbolic.kernel_type import limit_at_0
 
 from symfield.theory import norm as nm
-from symfield.theory.qstar import Q_MAX, Q_MIN, q_slope, q_star_points
+from symfield.theory.qstar import Q_MAX, Q_MIN, closed_dpsi2_at_zero, q_slope, q_star_points
 
 
 @dataclass(frozen=True)
@@ -158,10 +158,12 @@ def eoc_homogeneous(K, sb, dps):
 
 
 def _eoc_at_zero(K, dps):
-    """(sigma_w2, q*) = (1/dpsi2(0+), 0): the EOC at sigma_b2 = 0 when psi(0) = 0."""
+    """(sigma_w2, q*) = (1/dpsi2(0+), 0): the EOC at sigma_b2 = 0 when psi(0) = 0 (exact where a closed form
+    has the limit: :func:`symfield.theory.qstar.closed_dpsi2_at_zero`)."""
     import sympy as sp
-    if not K.dpsi2.has(sp.Integral):   # exact limit of the closed form
-        d0 = limit_at_0(K.dpsi2)
+    src = closed_dpsi2_at_zero(K)
+    if src is not None:   # exact limit of the closed form
+        d0 = limit_at_0(src.dpsi2)
         if not d0.is_positive:
             raise InvalidValue(f"{K.act.name} has E[psi'^2] -> 0 as q -> 0: no edge of chaos at sigma_b2 = 0.")
         if dps is None:

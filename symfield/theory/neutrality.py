@@ -11,6 +11,7 @@ from typing import Any
 
 import mpmath
 import numpy as np
+import sympy as sp
 from numpy.typing import ArrayLike, NDArray
 
 from symfield.core import validate as check
@@ -51,8 +52,10 @@ def _c_half_floor(N, q, v):
     C(1) = V(q), dC/dc(1) = q E[psi'^2](q), so C(1/2) >= V - q E[psi'^2]/2. Where it puts h above 0 the
     costly C (a max-pool's 4-D integral: 0.05-0.3 s) is not needed to know the step does not cross."""
     q1 = np.array([q])
-    mean = float(N.mean(q1)[0])
-    return max(mean * mean, v - 0.5 * q * float(N.dpsi2(q1)[0]))
+    convex = v - 0.5 * q * float(N.dpsi2(q1)[0])
+    if N.K.mean.has(sp.Integral):     # E[psi] by quadrature (its rule costs more than it saves): the tangent only
+        return convex
+    return max(float(N.mean(q1)[0]) ** 2, convex)
 
 
 def no_neutrality(K, N):

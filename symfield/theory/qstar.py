@@ -19,6 +19,7 @@ import mpmath
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from symfield.core import caches
 from symfield.core import validate as check
 from symfield.core.errors import InvalidValue
 from symfield.numeric.maps import maps
@@ -26,6 +27,7 @@ from symfield.numeric.remainder import Q_SPLIT, g_split, remainder
 from symfield.numeric.vroot import vroot
 from symfield.symbolic.activation import Activation
 from symfield.symbolic.kernel import kernel
+from symfield.symbolic.kernel_type import limit_at_0
 from symfield.symbolic.limits import limit_kernel, zero_limit_kernel
 from symfield.theory import norm as nm
 
@@ -196,6 +198,30 @@ def q_star_points(N, sw, sb, q1=None):
     return out
 
 
+def closed_dpsi2_at_zero(K):
+    """A kernel whose E[psi'^2] is a closed form with K's limit as q -> 0+, else None: K itself, or, where K's is an
+    integral, that of psi's q -> 0 limit psi_0 (a max-pool's, or a phi with different slopes at 0:
+    symfield.symbolic.limits.zero_limit_kernel), E[psi'^2](0+) = E[psi_0'^2] (psi'(sqrt(q) z) -> psi_0'(z) for
+    almost every z, with polynomial growth: dominated convergence)."""
+    import sympy as sp
+    if not K.dpsi2.has(sp.Integral):
+        return K
+    zero = zero_limit_kernel(K)
+    return zero if zero is not None and not zero.dpsi2.has(sp.Integral) else None
+
+
+_DPSI2_0: dict = caches.memo()
+
+
+def dpsi2_at_zero(K) -> float:
+    """E[psi'^2](0+) in float64: the exact limit of a closed form (:func:`closed_dpsi2_at_zero`), else the maps at
+    q = 1e-40 (E[psi'^2](q) = E[psi'^2](0+) + O(sqrt q))."""
+    if K not in _DPSI2_0:
+        src = closed_dpsi2_at_zero(K)
+        _DPSI2_0[K] = float(limit_at_0(src.dpsi2)) if src is not None else float(maps(K).dpsi2(1e-40))
+    return _DPSI2_0[K]
+
+
 def q_slope(K, sigma_w2, q):
     """sigma_w2 V'(q) in float64 at fixed points q >= 0 of kernel K (scalars, or arrays that broadcast): below 1
     the fixed point attracts, above 1 it repels (q = 0, where psi(0) = 0: V'(0+) = E[psi'^2](0+))."""
@@ -204,7 +230,7 @@ def q_slope(K, sigma_w2, q):
     if pos.any():
         d[pos] = maps(K).dV(q[pos])
     if (~pos).any():
-        d[~pos] = float(maps(K).dpsi2(1e-40))
+        d[~pos] = dpsi2_at_zero(K)
     out = np.asarray(sigma_w2, float) * d
     return float(out) if out.ndim == 0 else out
 

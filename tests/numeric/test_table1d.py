@@ -57,3 +57,20 @@ def test_corrupt_cache_file_is_rebuilt(tmp_path, monkeypatch):
     assert math.isclose(T(np.array([1.0]))[0], float(sf.V("tanh", 1.0, dps=20)), rel_tol=1e-13)
     with np.load(path) as z:
         assert z["coef"].shape[1] == table1d.N
+
+
+def test_the_last_panel_serves_its_right_end():
+    """q = 2^P_HI (where the EOC bracket stops growing) is the last panel's end: served by the table (its
+    Chebyshev sum at x = 1), not by a new direct evaluation; equal to the evaluator there to the table's bound."""
+    import numpy as np   # noqa: PLC0415
+    from symfield.numeric import table1d   # noqa: PLC0415
+    calls = []
+
+    def f(q):
+        calls.append(np.size(q))
+        return np.tanh(np.log1p(np.asarray(q, float)))
+    T = table1d.Table1D(f)
+    calls.clear()
+    top = 2.0 ** T.hi[-1]
+    got = T(np.array([top]))
+    assert calls == [] and abs(got[0] - f(top)) <= 1e-12

@@ -543,3 +543,11 @@ def test_no_small_q_limit_kernel_where_its_c_map_is_the_identity():
     from symfield.symbolic.limits import zero_limit_kernel
     for act in ("gelu", sf.activation("tanh", pool="avg", k=2), "relu"):
         assert zero_limit_kernel(kernel(act)) is None
+
+
+def test_eoc_at_zero_of_a_max_pool_is_exact_and_marginal():
+    """gelu+max2 at sigma_b2 = 0: E[psi'^2](0+) = E[psi_0'^2] of psi_0 = max of x/2 over two nodes = 1/4 exactly
+    (the gradient is 1/2 on the argmax), so sigma_w2 = 4 and the slope of the variance map at q* = 0 is 1 (not
+    1 + 2e-16 from a quadrature at q = 1e-40, which flagged the EOC as an unstable fixed point)."""
+    e = sf.eoc(sf.activation("gelu", pool="max", k=2), 0.0)
+    assert e.sigma_w2 == 4.0 and e.q_star == 0.0 and e.q_slope == 1.0 and e.note == ""

@@ -297,8 +297,8 @@ class Maps:
 
     def plan(self, n_evals: int) -> None:
         """Announce about ``n_evals`` evaluations to come (a scan over a grid). Rent or buy with the future
-        known: a 1-D table of V or E[psi'^2] is built at once when those evaluations by quadrature would cost
-        more."""
+        known: a 1-D table of V or E[psi'^2], or the panels of C's table, are built at once when those
+        evaluations by quadrature would cost more."""
         self._ahead = max(self._ahead, int(n_evals))
 
     def C(self, q1, q2, q12):

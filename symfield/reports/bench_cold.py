@@ -126,11 +126,26 @@ def _act(p):
     return activation(p["act"], pool=p["pool"], k=p.get("k", 2)) if p.get("pool") else activation(p["act"])
 
 
+_API = {"C": "symfield.theory.maps", "neutrality": "symfield.theory.neutrality", "phase": "symfield.theory.phases",
+        "phase_diagram": "symfield.theory.phase_diagram", "propagate": "symfield.theory.propagate",
+        "gram_fluctuations": "symfield.theory.gram", "jacobian_spectrum": "symfield.theory.jacobian",
+        "isometry_diagram": "symfield.theory.jacobian", "activation": "symfield.symbolic.activation"}
+
+
+class _Api:
+    """The public calls the rows make, each module imported when a row first calls it: what the user's call
+    through the lazy ``symfield`` facade loads, and no more (importing every API module cost 0.1-0.3 s a row)."""
+
+    def __getattr__(self, name):
+        import importlib
+        if name == "init":
+            from types import SimpleNamespace
+            return SimpleNamespace(diagnose=importlib.import_module("symfield.init.diagnosis").diagnose)
+        return getattr(importlib.import_module(_API[name]), name)
+
+
 def _api():
-    """The public calls the rows make, through the ``symfield`` facade as a user makes them: ``sf.phase_diagram``
-    imports what a phase diagram needs and nothing else (the facade is lazy)."""
-    import symfield as sf
-    return sf
+    return _Api()
 
 
 def _spread(n, m=5):

@@ -126,28 +126,6 @@ def _act(p):
     return activation(p["act"], pool=p["pool"], k=p.get("k", 2)) if p.get("pool") else activation(p["act"])
 
 
-_API = {"C": "symfield.theory.maps", "neutrality": "symfield.theory.neutrality", "phase": "symfield.theory.phases",
-        "phase_diagram": "symfield.theory.phase_diagram", "propagate": "symfield.theory.propagate",
-        "gram_fluctuations": "symfield.theory.gram", "jacobian_spectrum": "symfield.theory.jacobian",
-        "isometry_diagram": "symfield.theory.jacobian", "activation": "symfield.symbolic.activation"}
-
-
-class _Api:
-    """The public calls the rows make, each module imported when a row first calls it: what the user's call
-    through the lazy ``symfield`` facade loads, and no more (importing every API module cost 0.1-0.3 s a row)."""
-
-    def __getattr__(self, name):
-        import importlib
-        if name == "init":
-            from types import SimpleNamespace
-            return SimpleNamespace(diagnose=importlib.import_module("symfield.init.diagnosis").diagnose)
-        return getattr(importlib.import_module(_API[name]), name)
-
-
-def _api():
-    return _Api()
-
-
 def _spread(n, m=5):
     """m indices spread over range(n)."""
     return sorted(set(np.linspace(0, n - 1, min(m, n)).round().astype(int).tolist())) if n else []
@@ -290,9 +268,9 @@ _VALUES = {"phase_diagram": ("q", "slope"), "phase": ("q", "slope"), "propagate"
            "diagnose": (), "jacobian": ("mean",), "isometry": ()}
 
 
-def _child(spec_path, out_path):
-    """Run one row (a JSON spec) in this process; write {call, out} as JSON to ``out_path``."""
-    sf = _api()
+def _child(spec_path, out_path, sf):
+    """Run one row (a JSON spec) in this process through ``sf``, the ``symfield`` facade the launching script
+    imported, as a user does (lazy: a row loads what its call needs); write {call, out} as JSON to ``out_path``."""
     spec = json.loads(Path(spec_path).read_text())
     p = spec["params"]
     call, out = _CHILD[spec["kind"]](p, sf)
@@ -627,7 +605,7 @@ def _launch(row: Row, cache: Path, limit: float):
         spec = work / "spec.json"
         spec.write_text(json.dumps(dict(kind=row.kind, params=row.params)))
         argv = [sys.executable, "-c", "import sys, symfield; from symfield.reports.bench_cold import _child; "
-                "_child(sys.argv[1], sys.argv[2])", str(spec), str(out)]
+                "_child(sys.argv[1], sys.argv[2], symfield)", str(spec), str(out)]
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 
 from symfield.cli.common import act_arg, parse_range
-from symfield.cli.format import (check_finite, emit, files, incomplete, norm_kw, progress_bar, run_params,
-                                 say_files, show, status, to_json)
+from symfield.cli.format import (check_finite, emit, files, incomplete, norm_kw, progress, run_params, say_files,
+                                 show, status, to_json)
 
 
 def cmd_propagate(args):
@@ -42,7 +42,7 @@ def phase_blocks(act, sw, sb, depth, eoc_tol):
 
     from symfield.theory.phase_diagram import phase_diagram
     parts, i, step, spent = [], 0, max(1, sb.size // 20), 0.0
-    with progress_bar(sb.size, "phase") as bar:
+    with progress(None, "phase", total=sb.size) as bar:
         while i < sb.size:
             j = np.arange(i, min(sb.size, i + step))
             t0 = time.perf_counter()

@@ -31,16 +31,11 @@ def show(args, values, params=None, dps=None):
         print("\n".join(f"{k:{width}s} {v}" for k, v in text.items()))
 
 
-def progress(items, desc):
-    """tqdm over items on a terminal (stderr), the plain items when piped."""
+def progress(items, desc, total=None):
+    """tqdm over items on a terminal (stderr), the plain items when piped; with items None a bar of ``total``
+    steps advanced by ``update(n)`` (silent when piped)."""
     from tqdm.auto import tqdm
-    return tqdm(items, desc=desc, leave=False, file=sys.stderr, disable=not sys.stderr.isatty())
-
-
-def progress_bar(total, desc):
-    """A tqdm bar of ``total`` steps on a terminal (stderr), advanced by ``update(n)``; silent when piped."""
-    from tqdm.auto import tqdm
-    return tqdm(total=total, desc=desc, leave=False, file=sys.stderr, disable=not sys.stderr.isatty())
+    return tqdm(items, total=total, desc=desc, leave=False, file=sys.stderr, disable=not sys.stderr.isatty())
 
 
 def files(args):

@@ -27,7 +27,7 @@ from symfield.symbolic.kernel import kernel
 from symfield.symbolic.kernel_type import limit_at_0
 
 from symfield.theory import norm as nm
-from symfield.theory.qstar import Q_MAX, Q_MIN, closed_dpsi2_at_zero, q_slope, q_star_points
+from symfield.theory.qstar import Q_MAX, Q_MIN, closed_dpsi2_at_zero, dpsi2_at_zero, q_slope, q_star_points
 
 
 @dataclass(frozen=True)
@@ -171,8 +171,7 @@ def _eoc_at_zero(K, dps):
         with mpmath.workdps(dps):
             return mpmath.mpf(str(sp.N(1 / d0, dps + 5))), mpmath.mpf(0)
     # integral form: E[psi'^2](q) = E[psi'^2](0+) + O(q); q far below the working precision
-    tiny = 1e-40 if dps is None else mpmath.mpf(10) ** (-2 * dps - 10)
-    d0 = maps(K, dps).dpsi2(tiny)
+    d0 = dpsi2_at_zero(K) if dps is None else maps(K, dps).dpsi2(mpmath.mpf(10) ** (-2 * dps - 10))
     if not d0 > 0:
         raise InvalidValue(f"{K.act.name} has E[psi'^2] -> 0 as q -> 0: no edge of chaos at sigma_b2 = 0.")
     return (1 / float(d0), 0.0) if dps is None else (1 / d0, mpmath.mpf(0))

@@ -11,7 +11,9 @@ never rewritten; before import its bytes are checked against that name and the v
 compiled (a bad file is moved aside and rewritten). numba's own cache files are checked before numba
 reads them (:mod:`symfield.numeric.numba_cache`). Only the functions of the printer's table are printable
 (:data:`NumbaPrinter._kf`); anything else raises NotPrintable naming it. Square-root radicands are clamped
-at 0 (on the maps' domain they are >= 0 exactly, so a negative value is rounding), and b^(k + 1/2) is printed as
+at 0 (on the maps' domain they are >= 0 exactly, so a negative value is rounding), the inverse tangent family
+is printed as the branch-free helpers of :mod:`symfield.numeric.kernels.helpers` (loops over them vectorise), and
+b^(k + 1/2) is printed as
 b^k sqrt(b) (a few ulps, no pow call); q1 q2 - q12^2 is printed
 as ``_gram_sqrt`` (no overflow for q up to ~1e308). This module never imports numba at import time.
 """
@@ -49,7 +51,7 @@ _ATOMS = (sp.Symbol, sp.Number, sp.NumberSymbol, sp.Add, sp.Mul, sp.Pow)
 class NumbaPrinter(PythonCodePrinter):
     """Python/``math`` printer for numba's nopython mode: exactly the functions of :data:`_kf` are printable."""
     printmethod = "_numbacode"
-    _kf = {"atan2": "math.atan2", "atan": "math.atan", "asin": "math.asin", "acos": "math.acos",
+    _kf = {"atan2": "_atan2", "atan": "_atan", "asin": "_asin", "acos": "_acos",
            "exp": "math.exp", "log": "math.log", "erf": "math.erf", "erfc": "math.erfc",
            "sin": "math.sin", "cos": "math.cos", "tan": "math.tan", "sinh": "math.sinh",
            "cosh": "math.cosh", "tanh": "math.tanh", "expm1": "math.expm1", "Abs": "abs",
@@ -189,7 +191,8 @@ class NtkMaps:
         forms = [("P_expr", (Q,), self.P), ("T_expr", a3, self.T),
                  ("T2_expr", a3, self.T2 if self.mode == "price" else nan),
                  ("DT_eq", (Q, DD), self.dt_eq if self.mode == "derivative" else nan)]
-        consts = f"DT_MODE = {self.MODES[self.mode]}\nDT_DIV = {float(self.div)!r}\nDT_SMALL = {float(self.small)!r}\n"
+        consts = (f"NTK_MAPS = True\nDT_MODE = {self.MODES[self.mode]}\nDT_DIV = {float(self.div)!r}\n"
+                  f"DT_SMALL = {float(self.small)!r}\n")
         return [consts] + [_printed(f, args, "math.nan" if e is nan else print_map(e, f"the NTK map {f} of {name}", args))
                            for f, args, e in forms]
 
@@ -197,7 +200,7 @@ class NtkMaps:
 def _ntk_stubs() -> list:
     """A module without the NTK: its maps return NaN (the recursion calls them only with ntk True)."""
     a3 = (Q1, Q2, Q12)
-    return ["DT_MODE = 0\nDT_DIV = 2.0\nDT_SMALL = 0.0001\n"] + [
+    return ["NTK_MAPS = False\nDT_MODE = 0\nDT_DIV = 2.0\nDT_SMALL = 0.0001\n"] + [
         _printed(f, args, "math.nan") for f, args in
         (("P_expr", (Q,)), ("T_expr", a3), ("T2_expr", a3), ("DT_eq", (Q, DD)))]
 
@@ -397,5 +400,11 @@ def step_functions(V, C, D):
     """``(first_layer, layer_step)`` of :mod:`symfield.numeric.kernels.recursion` run as plain Python with the
     maps ``V(M, q)``, ``C(M, q1, q2, q12)`` and ``D(M, q1, q2, q12, d)`` (any number type: NumPy arrays,
     mpmath mpf, ...): the one recursion, outside numba."""
-    f = bind(recursion, V=V, C=C, D=D, near=_near)
+    f = bind(recursion, near=_near, **plain_maps(V, C, D))
     return f["first_layer"], f["layer_step"]
+
+
+def plain_maps(V, C, D) -> dict:
+    """The maps a kernel of :mod:`symfield.numeric.kernels.recursion` calls, from V, C and D as Python functions:
+    C_equal, D_equal are C, D at equal norms."""
+    return dict(V=V, C=C, D=D, C_equal=lambda M, q, q12: C(M, q, q, q12), D_equal=lambda M, q, q12, d: D(M, q, q, q12, d))

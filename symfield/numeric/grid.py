@@ -232,4 +232,4 @@ def run_numpy(maps, sw, sb, qa0, qb0, qab0, d0, depth, store, alpha2, residual, 
 
 def python_recursion(V, C, D, in_domain):
     """The grid kernel ``recurse`` run as plain Python with the given scalar maps (tests, small checks)."""
-    return codegen.bind(recursion, V=V, C=C, D=D, in_domain=in_domain)["recurse"]
+    return codegen.bind(recursion, in_domain=in_domain, **codegen.plain_maps(V, C, D))["recurse"]

@@ -131,7 +131,7 @@ def _price_form(K):
 def _dtdot_small(K, M, dC2, qv, cv, dv):
     """dTdot = dC(q, q, q) - dC(q, q, q - d/2) = (d/2) int_0^1 dC2(q, q, q - t d/2) dt by 8-point Gauss-Legendre,
     3 points for d <= TINY_D max(q, 1) (dC2 is analytic near c = 1 for a kink-free psi; no difference of nearly
-    equal numbers). The compiled recursion's closed_maps.ntk_maps uses the same rule."""
+    equal numbers). The compiled recursion's closed_maps.joint_rows uses the same rule."""
     total = np.zeros(qv.shape)
     tiny = dv <= TINY_D * np.maximum(qv, 1.0)
     for sel, T, W in ((~tiny, _GL_T, _GL_W), (tiny, _GL3_T, _GL3_W)):

@@ -44,7 +44,7 @@ def test_numpy_lookups_match_the_compiled_maps_per_point(spec):
         got = getattr(lookup, what)(M, *args)
         np.testing.assert_array_equal(np.isnan(got), np.isnan(ref), err_msg=what)
         ok = ~np.isnan(ref)
-        assert ok.sum() > 500, what               # the table covers most points: a real comparison
+        assert ok.sum() > 400, what               # (q in [0.25, 4] for both norms: a fifth or more of the points)
         err = np.abs(got[ok] - ref[ok]) / (scale[ok] if what != "V" else np.abs(ref[ok]) + 1e-300)
         assert err.max() <= 4e-15, (what, float(err.max()))
 

@@ -3,18 +3,20 @@
 ``D_far(q1, q2, q12)`` that :mod:`symfield.numeric.codegen` prints above this code from the kernel's SymPy
 expressions (the generated code IS the formula). M is unused (closed forms have no data).
 
-The NTK's maps (docs/theory.md section 13) likewise: P(N, q) = E[psi'^2], and ntk_maps(N, p, q, q12, d) gives
-P = p, dC/dq12 and their difference at equal norms from the printed ``P_expr``, ``T_expr``, ``T2_expr`` and
+The NTK's maps (docs/theory.md section 13) likewise: P(N, q) = E[psi'^2], and joint_rows(k, m, q, q12, d, rows, branch)
+gives C, D, dC/dq12 and its difference from P at equal norms from the printed ``P_expr``, ``T_expr``, ``T2_expr`` and
 ``DT_eq`` by the printed DT_MODE (N unused).
 A module printed without the NTK has stand-ins that return NaN there (never called: ntk False).
 """
 from __future__ import annotations
 
+
 import numpy as np
 
 from symfield.numeric.kernels.jit import OPTS, njit
 
-DT_MODE = 0        # stand-ins: printed by codegen (0 plain difference, 1 Price's theorem, 2 distance map of phi')
+NTK_MAPS = False   # stand-ins: printed by codegen (the module has the NTK's maps)
+DT_MODE = 0        # (0 plain difference, 1 Price's theorem, 2 distance map of phi')
 DT_DIV = 2.0       # mode 2: dT = D[phi']/DT_DIV (2 k for an avg-pool of k)
 DT_SMALL = 1e-4    # mode 1: the quadrature form for d <= DT_SMALL max(q, 1)
 
@@ -64,6 +66,15 @@ def DDT_eq(q, d):              # (D_eq, DT_eq) printed side by side
 
 
 # ---- compiled ----
+UNIFORM = True     # the recursion may run a block as one loop without branches (no data, domain everywhere)
+BRANCH0 = NTK_MAPS and DT_MODE == 2   # the branches of joint_rows this module's maps can take (module constants:
+BRANCH1 = NTK_MAPS and DT_MODE == 1   # numba compiles no code for the others)
+BRANCH2 = NTK_MAPS and DT_MODE == 1
+BRANCH3 = NTK_MAPS and DT_MODE != 2
+BRANCH4 = NTK_MAPS
+BRANCH5 = NTK_MAPS and DT_MODE == 1
+
+
 @njit(inline="always", **OPTS)
 def V(M, q):
     return V_expr(q)
@@ -82,6 +93,18 @@ def D(M, q1, q2, q12, d):
             return D_eq(q1, d)
         return D_near(q1, q2, d)
     return D_far(q1, q2, q12)
+
+
+@njit(inline="always", **OPTS)
+def C_equal(M, q, q12):
+    """C at equal norms: the printed C, as C(M, q, q, q12)."""
+    return C_expr(q, q, q12)
+
+
+@njit(inline="always", **OPTS)
+def D_equal(M, q, q12, d):
+    """D at equal norms where c >= 1/2: the printed D_eq, as D(M, q, q, q12, d) there."""
+    return D_eq(q, d)
 
 
 @njit(inline="always", **OPTS)
@@ -104,49 +127,125 @@ def P(N, q):
 
 
 @njit(inline="always", **OPTS)
-def ntk_maps(N, p, q, q12, d):
-    """(P, T, dT) at equal norms q, covariance q12, d = 2 (q - q12), given p = P = E[psi'^2](q): T = dC/dq12 and
-    dT = P - T,
-    without cancellation as c -> 1 by DT_MODE: 1 (dC free of kinks, T2 = d(dC)/dq12) for d <= DT_SMALL max(q, 1)
-    Price's theorem, dT = (d/2) int_0^1 T2(q, q, q - t d/2) dt by 8-point Gauss-Legendre (3 points for
-    d <= DT_TINY max(q, 1), where the rule's error is ~(d/q)^6 of dT: below rounding); 2 for c >= 1/2 the
-    distance map of phi' (D[phi'] = E[(phi'(u) - phi'(v))^2] in d) over DT_DIV. There T = P - dT (the printed dC has
-    sqrt(q^2 - q12^2) in it, which loses digits as c -> 1); elsewhere, and in mode 0, T is the printed dC and
-    dT = P - T (no cancellation where c < 1/2 or d > DT_SMALL max(q, 1))."""
-    if DT_MODE == 1 and d <= DT_SMALL * max(q, 1.0):
-        s = 0.0
-        if d <= DT_TINY * max(q, 1.0):
-            for i in range(3):
-                s += GL3_W[i] * T2_expr(q, q, q - GL3_T[i] * d / 2)
-        else:
-            for i in range(8):
-                s += GL_W[i] * T2_expr(q, q, q - GL_T[i] * d / 2)
-        dt = d / 2 * s
-        return p, p - dt, dt
-    if DT_MODE == 2 and d <= q:
-        dt = DT_eq(q, d) / DT_DIV
-        return p, p - dt, dt
-    t = T_expr(q, q, q12)
-    return p, t, p - t
+def _gl3(q, q12, d):
+    s = 0.0
+    for i in range(3):
+        s += GL3_W[i] * T2_expr(q, q, q - GL3_T[i] * d / 2)
+    return d / 2 * s
 
 
 @njit(inline="always", **OPTS)
-def joint_maps(M, N, va, p, q, q12, d):
-    """(C, D, T, dT) at equal norms q, va = V(q), p = P(q): the layer's maps (C or D by c >= 1/2, the other one derived,
-    as layer_maps) and ntk_maps, with the printed pairs CT_expr = (C, T) and DDT_eq = (D, D[phi']) where both are
-    needed (the same numbers as each by itself)."""
+def _gl8(q, q12, d):
+    s = 0.0
+    for i in range(8):
+        s += GL_W[i] * T2_expr(q, q, q - GL_T[i] * d / 2)
+    return d / 2 * s
+
+
+@njit(inline="always", **OPTS)
+def _price_dt(q, q12, d):
+    """Price's theorem (DT_MODE 1): dT = (d/2) int_0^1 T2(q, q, q - t d/2) dt by 8-point Gauss-Legendre (3 points for
+    d <= DT_TINY max(q, 1), where the rule's error is ~(d/q)^6 of dT: below rounding)."""
+    return _gl3(q, q12, d) if d <= DT_TINY * max(q, 1.0) else _gl8(q, q12, d)
+
+
+@njit(inline="always", **OPTS)
+def joint_branch(q, d):
+    """Which formulas joint_rows uses at equal norms q and distance d (the recursion runs the points of a block branch by
+    branch, each as one loop): c >= 1/2 (d <= q) with DT_MODE 2: 0, the printed pair (D, D[phi']); else D and Price's
+    theorem for d <= DT_SMALL max(q, 1) (DT_MODE 1) by 3 points (1, d <= DT_TINY max(q, 1)) or 8 (2), or 3, D and the
+    printed T; c < 1/2: 4, the printed pair (C, T), or 5, C and Price's theorem (DT_MODE 1, d <= DT_SMALL max(q, 1):
+    q below it)."""
+    price = DT_MODE == 1 and d <= DT_SMALL * max(q, 1.0)
     if d <= 0.5 * (q + q):
         if DT_MODE == 2:
-            dv, dt = DDT_eq(q, d)
-            dt = dt / DT_DIV
-            return 0.5 * (va + va - dv), dv, p - dt, dt
-        dv = D(M, q, q, q12, d)
-        _, t, dt = ntk_maps(N, p, q, q12, d)
-        return 0.5 * (va + va - dv), dv, t, dt
-    if DT_MODE == 1 and d <= DT_SMALL * max(q, 1.0):
-        cv = C(M, q, q, q12)
-        _, t, dt = ntk_maps(N, p, q, q12, d)
-    else:
-        cv, t = CT_expr(q, q, q12)
-        dt = p - t
-    return cv, va + va - 2.0 * cv, t, dt
+            return 0
+        if price:
+            return 1 if d <= DT_TINY * max(q, 1.0) else 2
+        return 3
+    return 5 if price else 4
+
+
+@njit(inline="always", **OPTS)
+def _joint0(va, p, q, q12, d):      # c >= 1/2, DT_MODE 2: the printed pair (D, D[phi'])
+    dv, dt = DDT_eq(q, d)
+    dt = dt / DT_DIV
+    return 0.5 * (va + va - dv), dv, p - dt, dt
+
+
+@njit(inline="always", **OPTS)
+def _joint1(va, p, q, q12, d):      # c >= 1/2, DT_MODE 1, d <= DT_TINY max(q, 1): D and Price's theorem, 3 points
+    dv = D_eq(q, d)
+    dt = _gl3(q, q12, d)
+    return 0.5 * (va + va - dv), dv, p - dt, dt
+
+
+@njit(inline="always", **OPTS)
+def _joint2(va, p, q, q12, d):      # c >= 1/2, DT_MODE 1, d <= DT_SMALL max(q, 1): D and Price's theorem, 8 points
+    dv = D_eq(q, d)
+    dt = _gl8(q, q12, d)
+    return 0.5 * (va + va - dv), dv, p - dt, dt
+
+
+@njit(inline="always", **OPTS)
+def _joint3(va, p, q, q12, d):      # c >= 1/2 otherwise: D and the printed T
+    dv = D_eq(q, d)
+    t = T_expr(q, q, q12)
+    return 0.5 * (va + va - dv), dv, t, p - t
+
+
+@njit(inline="always", **OPTS)
+def _joint4(va, p, q, q12, d):      # c < 1/2: the printed pair (C, T)
+    cv, t = CT_expr(q, q, q12)
+    return cv, va + va - 2.0 * cv, t, p - t
+
+
+@njit(inline="always", **OPTS)
+def _joint5(va, p, q, q12, d):      # c < 1/2, DT_MODE 1, d <= DT_SMALL max(q, 1) (q below it): C and Price's theorem
+    cv = C_expr(q, q, q12)
+    dt = _price_dt(q, q12, d)
+    return cv, va + va - 2.0 * cv, p - dt, dt
+
+
+@njit(inline="always", **OPTS)
+def joint_rows(k, m, q, q12, d, rows, branch):
+    """(C, D, T, dT) at equal norms by the formulas of branch k (:func:`joint_branch`) at the m points with
+    branch[j] == k: rows[:4, j], from rows[4, j] = V(q[j]) and rows[5, j] = P(q[j]) -- one loop of that branch's
+    formulas over all m points (it vectorises; the others' results are not stored). The layer's maps are C or D by
+    c >= 1/2, the other one derived (as layer_maps); the NTK's T = dC/dq12 and dT = P - T without cancellation as
+    c -> 1 -- DT_MODE 1 (dC free of kinks, T2 = d(dC)/dq12): Price's theorem for d <= DT_SMALL max(q, 1); 2: for
+    c >= 1/2 the distance map of phi' (D[phi'] = E[(phi'(u) - phi'(v))^2] in d) over DT_DIV. There T = P - dT (the
+    printed dC has sqrt(q^2 - q12^2) in it, which loses digits as c -> 1); elsewhere, and in mode 0, T is the
+    printed dC and dT = P - T (no cancellation where c < 1/2 or d > DT_SMALL max(q, 1)). The printed pairs
+    CT_expr = (C, T) and DDT_eq = (D, D[phi']) give the same numbers as each by itself, computing what they share
+    once. (BRANCHk: whether this module's maps take branch k; numba compiles no code for the others.)"""
+    if BRANCH0 and k == 0:
+        for j in range(m):
+            c, dv, t, dt = _joint0(rows[4, j], rows[5, j], q[j], q12[j], d[j])
+            if branch[j] == 0:
+                rows[0, j], rows[1, j], rows[2, j], rows[3, j] = c, dv, t, dt
+    elif BRANCH1 and k == 1:
+        for j in range(m):
+            c, dv, t, dt = _joint1(rows[4, j], rows[5, j], q[j], q12[j], d[j])
+            if branch[j] == 1:
+                rows[0, j], rows[1, j], rows[2, j], rows[3, j] = c, dv, t, dt
+    elif BRANCH2 and k == 2:
+        for j in range(m):
+            c, dv, t, dt = _joint2(rows[4, j], rows[5, j], q[j], q12[j], d[j])
+            if branch[j] == 2:
+                rows[0, j], rows[1, j], rows[2, j], rows[3, j] = c, dv, t, dt
+    elif BRANCH3 and k == 3:
+        for j in range(m):
+            c, dv, t, dt = _joint3(rows[4, j], rows[5, j], q[j], q12[j], d[j])
+            if branch[j] == 3:
+                rows[0, j], rows[1, j], rows[2, j], rows[3, j] = c, dv, t, dt
+    elif BRANCH4 and k == 4:
+        for j in range(m):
+            c, dv, t, dt = _joint4(rows[4, j], rows[5, j], q[j], q12[j], d[j])
+            if branch[j] == 4:
+                rows[0, j], rows[1, j], rows[2, j], rows[3, j] = c, dv, t, dt
+    elif BRANCH5 and k == 5:
+        for j in range(m):
+            c, dv, t, dt = _joint5(rows[4, j], rows[5, j], q[j], q12[j], d[j])
+            if branch[j] == 5:
+                rows[0, j], rows[1, j], rows[2, j], rows[3, j] = c, dv, t, dt

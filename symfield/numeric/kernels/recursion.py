@@ -14,7 +14,8 @@
     LayerNorm after phi (norm 2):   q' = sigma_w2 + sigma_b2, q12' = sigma_w2 c_hat + sigma_b2, d' = 2 sigma_w2 (1 - c_hat)
 
 (docs/theory.md sections 1, 2, 7, 8, 12 and 13). The maps V(M, q), C(M, q1, q2, q12), D(M, q1, q2, q12, d),
-in_domain(M, qa, qb, qab) and the NTK's P(N, q), joint_maps(M, N, V, P, q, q12, d) = (C, D, T, dT) are globals of whatever
+in_domain(M, qa, qb, qab), their values at equal norms C_equal(M, q, q12), D_equal(M, q, q12, d), and the NTK's P(N, q),
+joint_branch(q, d) and joint_rows (C, D, T, dT by branch) are globals of whatever
 runs this code: the generated module (closed forms, or the table maps of :mod:`.table_maps`, with M their
 data), or :func:`symfield.numeric.codegen.step_functions` (NumPy quadrature, mpmath). The stand-ins below
 only name them for readers and linters.
@@ -49,8 +50,24 @@ def P(N, q):               # stand-in: E[psi'^2](q)
     raise NotImplementedError
 
 
-def joint_maps(M, N, va, p, q, q12, d):   # stand-in: (C, D, T, dT) at equal norms, va = V(q), p = P(N, q)
+def joint_branch(q, d):     # stand-in: which formulas joint_rows uses at equal norms q and distance d (an int)
     raise NotImplementedError
+
+
+def joint_rows(k, m, q, q12, d, rows, branch):   # stand-in: (C, D, T, dT) at equal norms by the formulas of
+    raise NotImplementedError                   # branch k where branch[j] == k: rows[:4, j], from rows[4:, j] = (V, P)
+
+
+def C_equal(M, q, q12):    # stand-in: C(M, q, q, q12) without the dispatch (closed forms: the printed C)
+    raise NotImplementedError
+
+
+def D_equal(M, q, q12, d):  # stand-in: D(M, q, q, q12, d) where c >= 1/2, without the dispatch
+    raise NotImplementedError
+
+
+UNIFORM = False   # stand-ins: the maps module says whether a block may run as one loop without branches,
+NTK_MAPS = False  # and whether it has the NTK's maps (module constants: numba compiles no code under a False one)
 
 
 # ---- compiled ----
@@ -70,43 +87,48 @@ def first_layer(qa0, qb0, qab0, d0, sw, sb):
 
 
 @njit(inline="always", **OPTS)
-def layer_maps(qa, qb, qab, dd, va, sw, sb, general, M):
+def near_maps(qa, qab, dd, va, M):
+    """(C, D) at equal norms (qb = qa), c >= 1/2, given va = V(qa): the distance map D and C = (2 V(qa) - D)/2 (no
+    cancellation as c -> 1). D_equal has no dispatch on the norms, so a loop of it over points vectorises."""
+    dv = D_equal(M, qa, qab, dd)
+    return 0.5 * (va + va - dv), dv
+
+
+@njit(inline="always", **OPTS)
+def far_maps(qa, qab, dd, va, M):
+    """(C, D) at equal norms, c < 1/2, given va = V(qa): the covariance map C and D = 2 V(qa) - 2C."""
+    cv = C_equal(M, qa, qab)
+    return cv, va + va - 2.0 * cv
+
+
+@njit(inline="always", **OPTS)
+def layer_maps(qa, qb, qab, dd, va, sw, sb, general, M, close):
     """Layer l >= 2 without the residual, given va = V(qa): (sigma_w2 va + sigma_b2, .. V(qb) .., sigma_w2 C + sigma_b2,
     sigma_w2 D).
-    One 2-D map per layer: for c >= 1/2 the distance map D and C = (V(qa) + V(qb) - D)/2, else the covariance
-    map C and D = V(qa) + V(qb) - 2C -- each derived one without cancellation where it is used. With general
-    False the inputs have equal norm (qb = qa): V(qb), C's and D's q2 reuse qa."""
+    One 2-D map per layer, by ``close`` (c >= 1/2): the distance map D and C = (V(qa) + V(qb) - D)/2, else the
+    covariance map C and D = V(qa) + V(qb) - 2C. With general False the inputs have equal norm: :func:`near_maps`,
+    :func:`far_maps`."""
     if general:
-        q2 = qb
         vb = V(M, qb)
+        if close:
+            dv = D(M, qa, qb, qab, dd)
+            cv = 0.5 * (va + vb - dv)
+        else:
+            cv = C(M, qa, qb, qab)
+            dv = va + vb - 2.0 * cv
     else:
-        q2 = qa
         vb = va
-    if near(dd, qa, q2):
-        dv = D(M, qa, q2, qab, dd)
-        cv = 0.5 * (va + vb - dv)
-    else:
-        cv = C(M, qa, q2, qab)
-        dv = va + vb - 2.0 * cv
+        cv, dv = near_maps(qa, qab, dd, va, M) if close else far_maps(qa, qab, dd, va, M)
     return sw * va + sb, sw * vb + sb, sw * cv + sb, sw * dv
 
 
 @njit(inline="always", **OPTS)
 def layer_step(qa, qb, qab, dd, sw, sb, alpha2, residual, general, M):
     """Layer l >= 2 (:func:`layer_maps`; residual: q + alpha^2 times the map, likewise q12 and d)."""
-    fa, fb, fab, fd = layer_maps(qa, qb, qab, dd, V(M, qa), sw, sb, general, M)
+    fa, fb, fab, fd = layer_maps(qa, qb, qab, dd, V(M, qa), sw, sb, general, M, near(dd, qa, qb if general else qa))
     if residual:
         return qa + alpha2 * fa, qb + alpha2 * fb, qab + alpha2 * fab, dd + alpha2 * fd
     return fa, fb, fab, fd
-
-
-@njit(inline="always", **OPTS)
-def ntk_layer(qa, qab, dd, va, p, sw, sb, M, N):
-    """:func:`layer_maps` at equal norms (general False) and the NTK's maps (P, T, dT) at layer l's kernel
-    (qa, qab, dd), given va = V(qa) and p = P(qa): joint_maps evaluates C and T, D and dT side by side, so the
-    compiled code computes the terms they share once."""
-    cv, dv, t, dt = joint_maps(M, N, va, p, qa, qab, dd)
-    return sw * va + sb, sw * va + sb, sw * cv + sb, sw * dv, p, t, dt
 
 
 @njit(inline="always", **OPTS)
@@ -176,10 +198,88 @@ def point_status(qa, qb, qab, dd):
 
 
 @njit(inline="always", **OPTS)
+def _block_layer(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, alpha2, residual, M, N, ntk, th, rows, side, act):
+    """Layer l >= 2 at the block's live points that have started (equal norms, no norm layer; UNIFORM: maps without
+    data lookups, inside their domain everywhere) as loops over all m points without a branch, which LLVM vectorises:
+    V (and P), then each branch of the maps' formulas that a point takes (the side of c = 1/2; with the NTK,
+    joint_branch) evaluated at every point and kept where it applies, then the step, kept at the points that run --
+    the arithmetic of layer_maps and ntk_step, bit for bit. rows (6, BLOCK_POINTS), side and act (BLOCK_POINTS)
+    are scratch. V and P are evaluated at every point (the memo of _advance saves calls that cost more than a
+    vectorised V). In a module without the NTK's maps Theta is NaN."""
+    nclose = 0
+    nfar = 0
+    seen = 0
+    for j in range(m):
+        act[j] = live[j] and layer >= first[j]
+        rows[4, j] = V(M, qa[j])
+    if NTK_MAPS and ntk:
+        for j in range(m):
+            k = joint_branch(qa[j], dd[j])
+            side[j] = k
+            seen |= (1 << k) if act[j] else 0
+            rows[5, j] = P(N, qa[j])
+    else:
+        for j in range(m):
+            close = near(dd[j], qa[j], qa[j])
+            nclose += close and act[j]
+            nfar += act[j] and not close
+            side[j] = close
+    if NTK_MAPS and ntk:
+        for k in range(6):
+            if seen & (1 << k):
+                joint_rows(k, m, qa, qab, dd, rows, side)
+    else:
+        if nclose > 0:
+            for j in range(m):
+                cv, dv = near_maps(qa[j], qab[j], dd[j], rows[4, j], M)
+                if side[j]:
+                    rows[0, j], rows[1, j] = cv, dv
+        if nfar > 0:
+            for j in range(m):
+                cv, dv = far_maps(qa[j], qab[j], dd[j], rows[4, j], M)
+                if not side[j]:
+                    rows[0, j], rows[1, j] = cv, dv
+    for j in range(m):
+        a, ab, d = qa[j], qab[j], dd[j]
+        w, b, va = sw[i0 + j], sb[i0 + j], rows[4, j]
+        fa, fab, fd = w * va + b, w * rows[0, j] + b, w * rows[1, j]
+        if NTK_MAPS and ntk:
+            t0, t1, t2 = ntk_step(rows[5, j], rows[2, j], rows[3, j], th[0, j], th[1, j], th[2, j], fa, fab, fd, w,
+                                  alpha2, residual)
+            if act[j]:
+                th[0, j], th[1, j], th[2, j] = t0, t1, t2
+        elif ntk and act[j]:
+            th[0, j] = th[1, j] = th[2, j] = math.nan
+        if residual:
+            fa, fab, fd = a + alpha2 * fa, ab + alpha2 * fab, d + alpha2 * fd
+        if act[j]:
+            qa[j], qb[j], qab[j], dd[j] = fa, fa, fab, fd
+
+
+@njit(inline="always", **OPTS)
+def _all_ok(m, act, qa, qb, qab, dd, ntk, th):
+    """point_status (and with ntk theta_status) is OK at all m points that ran (act), in one loop without branches:
+    _check would change nothing."""
+    bad = 0
+    for j in range(m):
+        a, b, ab, d = qa[j], qb[j], qab[j], dd[j]
+        good = (math.isfinite(a) and math.isfinite(b) and math.isfinite(ab) and a >= 0.0 and b >= 0.0
+                and d >= TINY and math.isfinite(ab / (0.5 * d)))
+        if ntk:
+            ta, tb, td = th[0, j], th[1, j], th[2, j]
+            good = good and (math.isfinite(ta) and math.isfinite(tb) and math.isfinite(td) and td >= TINY
+                             and abs(tb) <= 0.5 * td * 1.7976931348623157e308)
+        bad += act[j] and not good
+    return bad == 0
+
+
+@njit(inline="always", **OPTS)
 def _load(i0, m, depth, start, st_qa, st_qb, st_qab, st_d, qa, qb, qab, dd, first, live, ntk, st_th, th):
-    """The block's points that run (start > 0) with their state; returns (number live, first layer)."""
+    """The block's points that run (start > 0) with their state; returns (number live, first layer, last first
+    layer)."""
     nlive = 0
     lmin = depth + 1
+    lmax = 0
     for j in range(m):
         s = start[i0 + j]
         if s > 0:
@@ -187,14 +287,15 @@ def _load(i0, m, depth, start, st_qa, st_qb, st_qab, st_d, qa, qb, qab, dd, firs
             live[j] = True
             nlive += 1
             lmin = min(lmin, s)
+            lmax = max(lmax, s)
             qa[j] = st_qa[i0 + j]
             qb[j] = st_qb[i0 + j]
             qab[j] = st_qab[i0 + j]
             dd[j] = st_d[i0 + j]
             if ntk:
                 for t in range(3):
-                    th[j, t] = st_th[i0 + j, t]
-    return nlive, lmin
+                    th[t, j] = st_th[i0 + j, t]
+    return nlive, lmin, lmax
 
 
 @njit(inline="always", **OPTS)
@@ -207,7 +308,7 @@ def _stop(i0, j, layer, qa, qb, qab, dd, start, st_qa, st_qb, st_qab, st_d, ntk,
     st_d[i0 + j] = dd[j]
     if ntk:
         for t in range(3):
-            st_th[i0 + j, t] = th[j, t]
+            st_th[i0 + j, t] = th[t, j]
 
 
 @njit(inline="always", **OPTS)
@@ -216,9 +317,10 @@ def _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, inputs, alpha2,
     """One layer at the block's live points; a point outside in_domain stops (LEFT_TABLE) with the layer to
     continue from and its state. norm: 0 none, 1 LayerNorm before phi, 2 LayerNorm after phi (equal norms;
     aux[i] = (mean, var) of psi at layer 1's q, then at q* = sigma_w2 + sigma_b2). ntk (norm 0, equal norms):
-    th[j] = (Theta_aa, Theta_ab, d_Theta) goes along (:func:`ntk_step`, maps of data N). inputs = (qa0, qb0, qab0, d0)
+    th[:, j] = (Theta_aa, Theta_ab, d_Theta): its layer 1 here; later layers run in :func:`_block_layer` (a module
+    with the NTK's maps), so here they are NaN (never silently the last layer's). inputs = (qa0, qb0, qab0, d0)
     (one argument: a call of 30 or more arguments compiles to a *args call, which numba cannot inline).
-    memo[j] = (q, V(q), P(q)) at the last q the maps saw at point j: V and P are evaluated again only where q
+    memo[j] = (q, V(q)) at the last q the maps saw at point j: V is evaluated again only where q
     moved (once q has settled on its fixed point, most layers; the same numbers bit for bit).
     Returns how many stopped."""
     stopped = 0
@@ -228,27 +330,21 @@ def _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, inputs, alpha2,
                 qa[j], qb[j], qab[j], dd[j] = first_layer(inputs[0], inputs[1], inputs[2], inputs[3], sw[i0 + j],
                                                           sb[i0 + j])
                 if ntk:
-                    th[j, 0] = qa[j]
-                    th[j, 1] = qab[j]
-                    th[j, 2] = dd[j]
+                    th[0, j] = qa[j]
+                    th[1, j] = qab[j]
+                    th[2, j] = dd[j]
                 continue
             a, b, ab, d = pre_norm(norm, qa[j], qb[j], qab[j], dd[j])
             if in_domain(M, a, b, ab):
                 if not (a == memo[j, 0] and a != 0.0):    # (0.0 == -0.0, whose V may differ in sign)
                     memo[j, 0] = a
                     memo[j, 1] = V(M, a)
-                    if ntk:
-                        memo[j, 2] = P(N, a)
-                after = norm == 2          # one inlined copy of the maps: the plain step at (1, 0), then c_hat
                 if ntk:
-                    fa, fb, fab, fd, p, t, dt = ntk_layer(a, ab, d, memo[j, 1], memo[j, 2], sw[i0 + j], sb[i0 + j],
-                                                           M, N)
-                    th[j, 0], th[j, 1], th[j, 2] = ntk_step(p, t, dt, th[j, 0], th[j, 1], th[j, 2], fa, fab, fd,
-                                                            sw[i0 + j], alpha2, residual)
-                    f = (fa, fb, fab, fd)
-                else:
-                    f = layer_maps(a, b, ab, d, memo[j, 1], 1.0 if after else sw[i0 + j],
-                                   0.0 if after else sb[i0 + j], general and not after, M)
+                    th[0, j] = th[1, j] = th[2, j] = math.nan
+                after = norm == 2          # one inlined copy of the maps: the plain step at (1, 0), then c_hat
+                g = general and not after
+                f = layer_maps(a, b, ab, d, memo[j, 1], 1.0 if after else sw[i0 + j],
+                               0.0 if after else sb[i0 + j], g, M, near(d, a, b if g else a))
                 if after:
                     k = 0 if layer == 2 else 2
                     f = ln_after(f[2], f[3], near(d, a, a), sw[i0 + j], sb[i0 + j], aux[i0 + j, k], aux[i0 + j, k + 1])
@@ -276,7 +372,7 @@ def _store(k, layer, i0, m, first, live, qa, qb, qab, dd, general, out_qa, out_q
                 out_qb[k, i0 + j] = qb[j] if live[j] else math.nan
             if ntk:
                 for t in range(3):
-                    out_th[t, k, i0 + j] = th[j, t] if live[j] else math.nan
+                    out_th[t, k, i0 + j] = th[t, j] if live[j] else math.nan
 
 
 @njit(inline="always", **OPTS)
@@ -288,7 +384,7 @@ def _check(layer, i0, m, first, live, qa, qb, qab, dd, depth, status, last, ntk,
         if live[j] and layer >= first[j]:
             code = point_status(qa[j], qb[j], qab[j], dd[j])
             if ntk and (code == OK or code == UNDERFLOW):
-                tc = theta_status(th[j, 0], th[j, 1], th[j, 2])
+                tc = theta_status(th[0, j], th[1, j], th[2, j])
                 if tc != OK:
                     code = tc
             if code == UNDERFLOW:
@@ -356,25 +452,34 @@ def recurse(sw, sb, qa0, qb0, qab0, d0, depth, stop, store, alpha2, residual, ge
         qb = np.empty(BLOCK_POINTS)
         qab = np.empty(BLOCK_POINTS)
         dd = np.empty(BLOCK_POINTS)
-        th = np.empty((BLOCK_POINTS, 3))
-        memo = np.full((BLOCK_POINTS, 3), np.nan)
+        th = np.empty((3, BLOCK_POINTS))
+        memo = np.full((BLOCK_POINTS, 2), np.nan)
+        rows = np.empty((6, BLOCK_POINTS))
+        side = np.empty(BLOCK_POINTS, dtype=np.int64)
+        act = np.empty(BLOCK_POINTS, dtype=np.bool_)
         first = np.zeros(BLOCK_POINTS, dtype=np.int64)
         live = np.zeros(BLOCK_POINTS, dtype=np.bool_)
-        nlive, lmin = _load(i0, m, depth, start, st_qa, st_qb, st_qab, st_d, qa, qb, qab, dd, first, live, ntk, st_th,
-                            th)
+        nlive, lmin, lmax = _load(i0, m, depth, start, st_qa, st_qb, st_qab, st_d, qa, qb, qab, dd, first, live, ntk,
+                                  st_th, th)
         k = 0
         while k < nstore and store[k] < lmin:
             k += 1
         for layer in range(lmin, stop + 1):
             if nlive == 0:
                 break
-            nlive -= _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, (qa0, qb0, qab0, d0), alpha2,
-                              residual, general, M, norm, aux, N, ntk, th, memo, start, st_qa, st_qb, st_qab, st_d,
-                              st_th, status)
+            fast = UNIFORM and norm == 0 and not general and layer > 1
+            if fast:
+                _block_layer(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, alpha2, residual, M, N, ntk, th, rows,
+                             side, act)
+            if not fast:
+                nlive -= _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, (qa0, qb0, qab0, d0), alpha2,
+                                  residual, general, M, norm, aux, N, ntk, th, memo, start, st_qa, st_qb, st_qab, st_d,
+                                  st_th, status)
             if k < nstore and store[k] == layer:
                 _store(k, layer, i0, m, first, live, qa, qb, qab, dd, general, out_qa, out_qb, out_qab, out_d, ntk, th,
                        out_th)
                 k += 1
-            nlive -= _check(layer, i0, m, first, live, qa, qb, qab, dd, depth, status, last, ntk, th)
+            if not (fast and _all_ok(m, act, qa, qb, qab, dd, ntk, th)):
+                nlive -= _check(layer, i0, m, first, live, qa, qb, qab, dd, depth, status, last, ntk, th)
         _finish(k, i0, m, first, live, qa, qb, qab, dd, store, stop, depth, general, out_qa, out_qb, out_qab, out_d,
                 start, st_qa, st_qb, st_qab, st_d, status, last, ntk, th, st_th, out_th)

@@ -5,7 +5,7 @@ builder's spot checks, tests) and compiled inside the generated table module, wh
 :mod:`.recursion` calls it per grid point. theta = atan2(sqrt((1 - c)(1 + c)), c) (|c| for odd or even
 psi), q in its panel's coordinate x (sqrt(q) on panel 0, log2 q above), interpolation by Clenshaw's
 recurrence over the cell's NT x NT Chebyshev coefficients (docs/numerics.md section 3).
-The NTK's maps (P, joint_maps) are NaN here: a table holds no derivative maps, so propagate(ntk=True) on a table
+The NTK's maps (P, joint_rows) are NaN here: a table holds no derivative maps, so propagate(ntk=True) on a table
 evaluates them with the engine in NumPy (symfield.theory.ntk_core.terms_f64); the recursion never calls them.
 """
 from __future__ import annotations
@@ -201,14 +201,33 @@ def D(M, q1, q2, q12, d):
     return a0 + scale * s2 * r
 
 
+UNIFORM = False    # table lookups branch and may leave the table: the recursion keeps its per-point loop
+NTK_MAPS = False   # no NTK maps (joint_rows does nothing)
+
+
+@njit(inline="always", **OPTS)
+def C_equal(M, q, q12):      # (read only where UNIFORM)
+    return C(M, q, q, q12)
+
+
+@njit(inline="always", **OPTS)
+def D_equal(M, q, q12, d):
+    return D(M, q, q, q12, d)
+
+
 @njit(inline="always", **OPTS)
 def P(N, q):
     return math.nan
 
 
 @njit(inline="always", **OPTS)
-def joint_maps(M, N, va, p, q, q12, d):
-    return math.nan, math.nan, math.nan, math.nan
+def joint_branch(q, d):
+    return 0
+
+
+@njit(inline="always", **OPTS)
+def joint_rows(k, m, q, q12, d, rows, branch):
+    return
 
 
 @njit(**OPTS)

@@ -132,6 +132,15 @@ def print_map(expr: sp.Expr, what: str, args, gram="_gram_sqrt(q1, q2, q12)") ->
     return NumbaPrinter(gram=gram).doprint(expr)
 
 
+_VECTOR_CALLS = {"math.sqrt", "abs", "max", "min", "float", "_atan2", "_atan", "_asin", "_acos", "_gram_sqrt"}
+
+
+def _vectorises(code: str) -> bool:
+    """Printed code whose calls all have a vector form (LLVM vectorises a loop of it): arithmetic, sqrt, abs, max,
+    min, the branch-free inverse tangents and _gram_sqrt -- not exp, log, erf, sin, ... (scalar calls into libm)."""
+    return set(re.findall(r"([\w.]+)\(", code)) <= _VECTOR_CALLS
+
+
 def _printed(name: str, args, code: str) -> str:
     return f"@njit(inline=\"always\", **OPTS)\ndef {name}({', '.join(map(str, args))}):\n    return {code}\n"
 
@@ -209,7 +218,9 @@ def module_source(name: str, V: sp.Expr, C: sp.Expr, dist: Distance | None = Non
     """The complete text of the generated module of closed-form maps (byte-stable for equal input);
     D defaults to V + V - 2C; the NTK's maps when ``ntk`` is given, else NaN stand-ins."""
     dist = plain_distance(V, C) if dist is None else dist
-    printed = [_printed("V_expr", (Q,), print_map(V, f"the map V of {name}", (Q,))),
+    v_code = print_map(V, f"the map V of {name}", (Q,))
+    printed = [f"MEMO_V = {not _vectorises(v_code)}   # V calls a function without a vector form: keep it per point\n",
+               _printed("V_expr", (Q,), v_code),
                _printed("C_expr", (Q1, Q2, Q12), print_map(C, f"the map C of {name}", (Q1, Q2, Q12))),
                _printed("D_eq", (Q, DD), print_map(dist.near_eq, f"the map D of {name}", (Q, DD))),
                _printed("D_near", (Q1, Q2, DD), print_map(dist.near, f"the map D of {name}", (Q1, Q2, DD))),

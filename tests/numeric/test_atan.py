@@ -95,3 +95,23 @@ def test_polynomial_is_the_least_squares_fit_of_atan():
         fit = [float(c[k]) for k in range(deg + 1)]
     assert np.allclose(fit, helpers.ATAN_P, rtol=1e-9, atol=0), (fit, helpers.ATAN_P)
     assert helpers.TAN_PI8 == float(mp.tan(mp.pi / 8))
+
+
+@pytest.mark.parametrize("where", ["python", "compiled"])
+def test_gram_sqrt_over_the_whole_range(where, request):
+    """_gram_sqrt = sqrt(q1 q2 - q12^2) without overflow or underflow of q1 q2 (exact power-of-two scalings chosen
+    without a branch), within 2 ulps of mpmath from q ~ 1e-300 to 1e300 (times the condition number of q1 q2 - q12^2,
+    1 + q1 q2/(q1 q2 - q12^2): the products' rounding), and 0 at q12^2 = q1 q2."""
+    f = helpers._gram_sqrt if where == "python" else request.getfixturevalue("compiled")._gram_sqrt
+    rng = np.random.default_rng(11)
+    worst = 0.0
+    with mp.workdps(40):
+        for e in (-300, -200, -151, -100, 0, 100, 149, 151, 200, 300):
+            for _ in range(30):
+                q1, q2 = 10.0 ** (e + rng.uniform(-2, 2, 2))
+                q12 = rng.uniform(-0.999, 0.999) * math.sqrt(q1) * math.sqrt(q2)
+                gram = mp.mpf(q1) * q2 - mp.mpf(q12) ** 2
+                cond = float(mp.mpf(q1) * q2 / gram)        # the difference's condition number (to c^2 -> 1)
+                worst = max(worst, _ulps(f(q1, q2, q12), float(mp.sqrt(gram))) / (1 + cond))
+            assert f(10.0 ** e, 10.0 ** e, 10.0 ** e) == 0.0
+    assert worst <= 2.0, worst

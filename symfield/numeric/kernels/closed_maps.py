@@ -16,6 +16,7 @@ import numpy as np
 from symfield.numeric.kernels.jit import OPTS, njit
 
 NTK_MAPS = False   # stand-ins: printed by codegen (the module has the NTK's maps)
+MEMO_V = False     # (V calls a function without a vector form, exp, erf, ...: the recursion memoises V per point)
 DT_MODE = 0        # (0 plain difference, 1 Price's theorem, 2 distance map of phi')
 DT_DIV = 2.0       # mode 2: dT = D[phi']/DT_DIV (2 k for an avg-pool of k)
 DT_SMALL = 1e-4    # mode 1: the quadrature form for d <= DT_SMALL max(q, 1)

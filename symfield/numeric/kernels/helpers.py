@@ -1,8 +1,9 @@
 """Scalar helpers that printed closed forms call inside compiled code (:class:`symfield.numeric.codegen.NumbaPrinter`).
 
 ``_gram_sqrt(q1, q2, q12)`` = sqrt(q1 q2 - q12^2) (the arc-cosine kernels' sin(theta) sqrt(q1 q2)) clamped at 0
-and scaled by an exact power of two when q is huge or tiny, so q1*q2 cannot overflow (|q| up to ~1e308)
-or underflow: the same rounding as the direct formula, and exactly 0 at c = 1.
+and scaled by an exact power of two (2^-600 beyond 1e150, 2^600 below 1e-150; selected without a branch, so loops
+of it vectorise), so q1*q2 cannot overflow (|q| up to ~1e308) or underflow: the same rounding as the direct
+formula, and exactly 0 at c = 1.
 ``_sin_minus_tcos(t)`` = sin t - t cos t, by its Taylor series sum_k (-1)^(k+1) 2k t^(2k+1)/(2k+1)! for
 |t| < 0.5 (no cancellation). (The NumPy path of lambdified closed forms has a vectorised version,
 symfield.numeric.evaluate.sin_minus_tcos, because lambdify calls it on arrays.)
@@ -32,13 +33,14 @@ _FACT = np.array([math.factorial(i) for i in range(26)], dtype=np.float64)
 @njit(**OPTS)
 def _gram_sqrt(q1, q2, q12):
     m = max(abs(q1), abs(q2), abs(q12))
-    if 1e-150 < m < 1e150 or m == 0.0 or not math.isfinite(m):
-        return math.sqrt(max(q1 * q2 - q12 * q12, 0.0))
-    e = math.frexp(m)[1]
-    a = math.ldexp(q1, -e)
-    b = math.ldexp(q2, -e)
-    c = math.ldexp(q12, -e)
-    return math.ldexp(math.sqrt(max(a * b - c * c, 0.0)), e)
+    big = m > 1e150
+    small = m < 1e-150
+    f = 2.0 ** -600 if big else (2.0 ** 600 if small else 1.0)     # exact scalings, no branch:
+    g = 2.0 ** 600 if big else (2.0 ** -600 if small else 1.0)     # sqrt((q1 f)(q2 f) - (q12 f)^2) = f sqrt(...)
+    a = q1 * f
+    b = q2 * f
+    c = q12 * f
+    return math.sqrt(max(a * b - c * c, 0.0)) * g
 
 
 @njit(**OPTS)

@@ -67,7 +67,8 @@ def D_equal(M, q, q12, d):  # stand-in: D(M, q, q, q12, d) where c >= 1/2, witho
 
 
 UNIFORM = False   # stand-ins: the maps module says whether a block may run as one loop without branches,
-NTK_MAPS = False  # and whether it has the NTK's maps (module constants: numba compiles no code under a False one)
+NTK_MAPS = False  # whether it has the NTK's maps (module constants: numba compiles no code under a False one),
+MEMO_V = True     # and whether the block loops keep V per point in the memo (V not vectorised: exp, erf, ...)
 
 
 # ---- compiled ----
@@ -198,20 +199,29 @@ def point_status(qa, qb, qab, dd):
 
 
 @njit(inline="always", **OPTS)
-def _block_layer(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, alpha2, residual, M, N, ntk, th, rows, side, act):
+def _block_layer(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, alpha2, residual, M, N, ntk, th, rows, side, act,
+                 memo):
     """Layer l >= 2 at the block's live points that have started (equal norms, no norm layer; UNIFORM: maps without
     data lookups, inside their domain everywhere) as loops over all m points without a branch, which LLVM vectorises:
     V (and P), then each branch of the maps' formulas that a point takes (the side of c = 1/2; with the NTK,
     joint_branch) evaluated at every point and kept where it applies, then the step, kept at the points that run --
     the arithmetic of layer_maps and ntk_step, bit for bit. rows (6, BLOCK_POINTS), side and act (BLOCK_POINTS)
-    are scratch. V and P are evaluated at every point (the memo of _advance saves calls that cost more than a
-    vectorised V). In a module without the NTK's maps Theta is NaN."""
+    are scratch. V and P are evaluated at every point (a vectorised V costs less than the memo of _advance; where V
+    calls a function without a vector form, MEMO_V, the memo is kept). In a module without the NTK's maps Theta is
+    NaN."""
     nclose = 0
     nfar = 0
     seen = 0
     for j in range(m):
         act[j] = live[j] and layer >= first[j]
-        rows[4, j] = V(M, qa[j])
+        if MEMO_V:
+            a = qa[j]
+            if not (a == memo[j, 0] and a != 0.0):    # as in _advance
+                memo[j, 0] = a
+                memo[j, 1] = V(M, a)
+            rows[4, j] = memo[j, 1]
+        else:
+            rows[4, j] = V(M, qa[j])
     if NTK_MAPS and ntk:
         for j in range(m):
             k = joint_branch(qa[j], dd[j])
@@ -470,7 +480,7 @@ def recurse(sw, sb, qa0, qb0, qab0, d0, depth, stop, store, alpha2, residual, ge
             fast = UNIFORM and norm == 0 and not general and layer > 1
             if fast:
                 _block_layer(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, alpha2, residual, M, N, ntk, th, rows,
-                             side, act)
+                             side, act, memo)
             if not fast:
                 nlive -= _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, (qa0, qb0, qab0, d0), alpha2,
                                   residual, general, M, norm, aux, N, ntk, th, memo, start, st_qa, st_qb, st_qab, st_d,

@@ -203,6 +203,7 @@ def D(M, q1, q2, q12, d):
 
 UNIFORM = False    # table lookups branch and may leave the table: the recursion keeps its per-point loop
 NTK_MAPS = False   # no NTK maps (joint_rows does nothing)
+MEMO_V = True      # (read only where UNIFORM)
 
 
 @njit(inline="always", **OPTS)

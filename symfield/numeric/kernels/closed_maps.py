@@ -10,7 +10,6 @@ A module printed without the NTK has stand-ins that return NaN there (never call
 """
 from __future__ import annotations
 
-
 import numpy as np
 
 from symfield.numeric.kernels.jit import OPTS, njit
@@ -128,7 +127,7 @@ def P(N, q):
 
 
 @njit(inline="always", **OPTS)
-def _gl3(q, q12, d):
+def _gl3(q, d):
     s = 0.0
     for i in range(3):
         s += GL3_W[i] * T2_expr(q, q, q - GL3_T[i] * d / 2)
@@ -136,7 +135,7 @@ def _gl3(q, q12, d):
 
 
 @njit(inline="always", **OPTS)
-def _gl8(q, q12, d):
+def _gl8(q, d):
     s = 0.0
     for i in range(8):
         s += GL_W[i] * T2_expr(q, q, q - GL_T[i] * d / 2)
@@ -144,10 +143,10 @@ def _gl8(q, q12, d):
 
 
 @njit(inline="always", **OPTS)
-def _price_dt(q, q12, d):
+def _price_dt(q, d):
     """Price's theorem (DT_MODE 1): dT = (d/2) int_0^1 T2(q, q, q - t d/2) dt by 8-point Gauss-Legendre (3 points for
     d <= DT_TINY max(q, 1), where the rule's error is ~(d/q)^6 of dT: below rounding)."""
-    return _gl3(q, q12, d) if d <= DT_TINY * max(q, 1.0) else _gl8(q, q12, d)
+    return _gl3(q, d) if d <= DT_TINY * max(q, 1.0) else _gl8(q, d)
 
 
 @njit(inline="always", **OPTS)
@@ -177,14 +176,14 @@ def _joint0(va, p, q, q12, d):      # c >= 1/2, DT_MODE 2: the printed pair (D, 
 @njit(inline="always", **OPTS)
 def _joint1(va, p, q, q12, d):      # c >= 1/2, DT_MODE 1, d <= DT_TINY max(q, 1): D and Price's theorem, 3 points
     dv = D_eq(q, d)
-    dt = _gl3(q, q12, d)
+    dt = _gl3(q, d)
     return 0.5 * (va + va - dv), dv, p - dt, dt
 
 
 @njit(inline="always", **OPTS)
 def _joint2(va, p, q, q12, d):      # c >= 1/2, DT_MODE 1, d <= DT_SMALL max(q, 1): D and Price's theorem, 8 points
     dv = D_eq(q, d)
-    dt = _gl8(q, q12, d)
+    dt = _gl8(q, d)
     return 0.5 * (va + va - dv), dv, p - dt, dt
 
 
@@ -204,7 +203,7 @@ def _joint4(va, p, q, q12, d):      # c < 1/2: the printed pair (C, T)
 @njit(inline="always", **OPTS)
 def _joint5(va, p, q, q12, d):      # c < 1/2, DT_MODE 1, d <= DT_SMALL max(q, 1) (q below it): C and Price's theorem
     cv = C_expr(q, q, q12)
-    dt = _price_dt(q, q12, d)
+    dt = _price_dt(q, d)
     return cv, va + va - 2.0 * cv, p - dt, dt
 
 

@@ -199,6 +199,16 @@ def point_status(qa, qb, qab, dd):
 
 
 @njit(inline="always", **OPTS)
+def memo_v(M, memo, j, a):
+    """V(a) at point j, evaluated again only where q moved: memo[j] = (q, V(q)) at the last q the maps saw there (once
+    q has settled on its fixed point, most layers; the same numbers bit for bit)."""
+    if not (a == memo[j, 0] and a != 0.0):    # (0.0 == -0.0, whose V may differ in sign)
+        memo[j, 0] = a
+        memo[j, 1] = V(M, a)
+    return memo[j, 1]
+
+
+@njit(inline="always", **OPTS)
 def _block_layer(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, alpha2, residual, M, N, ntk, th, rows, side, act,
                  memo):
     """Layer l >= 2 at the block's live points that have started (equal norms, no norm layer; UNIFORM: maps without
@@ -214,14 +224,7 @@ def _block_layer(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, alpha2, res
     seen = 0
     for j in range(m):
         act[j] = live[j] and layer >= first[j]
-        if MEMO_V:
-            a = qa[j]
-            if not (a == memo[j, 0] and a != 0.0):    # as in _advance
-                memo[j, 0] = a
-                memo[j, 1] = V(M, a)
-            rows[4, j] = memo[j, 1]
-        else:
-            rows[4, j] = V(M, qa[j])
+        rows[4, j] = memo_v(M, memo, j, qa[j]) if MEMO_V else V(M, qa[j])
     if NTK_MAPS and ntk:
         for j in range(m):
             k = joint_branch(qa[j], dd[j])
@@ -268,28 +271,22 @@ def _block_layer(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, alpha2, res
 
 @njit(inline="always", **OPTS)
 def _all_ok(m, act, qa, qb, qab, dd, ntk, th):
-    """point_status (and with ntk theta_status) is OK at all m points that ran (act), in one loop without branches:
-    _check would change nothing."""
+    """point_status (and with ntk theta_status) is OK at all m points that ran (act), in one loop: _check would change
+    nothing."""
     bad = 0
     for j in range(m):
-        a, b, ab, d = qa[j], qb[j], qab[j], dd[j]
-        good = (math.isfinite(a) and math.isfinite(b) and math.isfinite(ab) and a >= 0.0 and b >= 0.0
-                and d >= TINY and math.isfinite(ab / (0.5 * d)))
+        good = point_status(qa[j], qb[j], qab[j], dd[j]) == OK
         if ntk:
-            ta, tb, td = th[0, j], th[1, j], th[2, j]
-            good = good and (math.isfinite(ta) and math.isfinite(tb) and math.isfinite(td) and td >= TINY
-                             and abs(tb) <= 0.5 * td * 1.7976931348623157e308)
+            good = good and theta_status(th[0, j], th[1, j], th[2, j]) == OK
         bad += act[j] and not good
     return bad == 0
 
 
 @njit(inline="always", **OPTS)
 def _load(i0, m, depth, start, st_qa, st_qb, st_qab, st_d, qa, qb, qab, dd, first, live, ntk, st_th, th):
-    """The block's points that run (start > 0) with their state; returns (number live, first layer, last first
-    layer)."""
+    """The block's points that run (start > 0) with their state; returns (number live, first layer)."""
     nlive = 0
     lmin = depth + 1
-    lmax = 0
     for j in range(m):
         s = start[i0 + j]
         if s > 0:
@@ -297,7 +294,6 @@ def _load(i0, m, depth, start, st_qa, st_qb, st_qab, st_d, qa, qb, qab, dd, firs
             live[j] = True
             nlive += 1
             lmin = min(lmin, s)
-            lmax = max(lmax, s)
             qa[j] = st_qa[i0 + j]
             qb[j] = st_qb[i0 + j]
             qab[j] = st_qab[i0 + j]
@@ -305,7 +301,7 @@ def _load(i0, m, depth, start, st_qa, st_qb, st_qab, st_d, qa, qb, qab, dd, firs
             if ntk:
                 for t in range(3):
                     th[t, j] = st_th[i0 + j, t]
-    return nlive, lmin, lmax
+    return nlive, lmin
 
 
 @njit(inline="always", **OPTS)
@@ -330,8 +326,7 @@ def _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, inputs, alpha2,
     th[:, j] = (Theta_aa, Theta_ab, d_Theta): its layer 1 here; later layers run in :func:`_block_layer` (a module
     with the NTK's maps), so here they are NaN (never silently the last layer's). inputs = (qa0, qb0, qab0, d0)
     (one argument: a call of 30 or more arguments compiles to a *args call, which numba cannot inline).
-    memo[j] = (q, V(q)) at the last q the maps saw at point j: V is evaluated again only where q
-    moved (once q has settled on its fixed point, most layers; the same numbers bit for bit).
+    memo: V per point (:func:`memo_v`).
     Returns how many stopped."""
     stopped = 0
     for j in range(m):
@@ -346,14 +341,11 @@ def _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, inputs, alpha2,
                 continue
             a, b, ab, d = pre_norm(norm, qa[j], qb[j], qab[j], dd[j])
             if in_domain(M, a, b, ab):
-                if not (a == memo[j, 0] and a != 0.0):    # (0.0 == -0.0, whose V may differ in sign)
-                    memo[j, 0] = a
-                    memo[j, 1] = V(M, a)
                 if ntk:
                     th[0, j] = th[1, j] = th[2, j] = math.nan
                 after = norm == 2          # one inlined copy of the maps: the plain step at (1, 0), then c_hat
                 g = general and not after
-                f = layer_maps(a, b, ab, d, memo[j, 1], 1.0 if after else sw[i0 + j],
+                f = layer_maps(a, b, ab, d, memo_v(M, memo, j, a), 1.0 if after else sw[i0 + j],
                                0.0 if after else sb[i0 + j], g, M, near(d, a, b if g else a))
                 if after:
                     k = 0 if layer == 2 else 2
@@ -469,8 +461,8 @@ def recurse(sw, sb, qa0, qb0, qab0, d0, depth, stop, store, alpha2, residual, ge
         act = np.empty(BLOCK_POINTS, dtype=np.bool_)
         first = np.zeros(BLOCK_POINTS, dtype=np.int64)
         live = np.zeros(BLOCK_POINTS, dtype=np.bool_)
-        nlive, lmin, lmax = _load(i0, m, depth, start, st_qa, st_qb, st_qab, st_d, qa, qb, qab, dd, first, live, ntk,
-                                  st_th, th)
+        nlive, lmin = _load(i0, m, depth, start, st_qa, st_qb, st_qab, st_d, qa, qb, qab, dd, first, live, ntk, st_th,
+                            th)
         k = 0
         while k < nstore and store[k] < lmin:
             k += 1
@@ -481,7 +473,7 @@ def recurse(sw, sb, qa0, qb0, qab0, d0, depth, stop, store, alpha2, residual, ge
             if fast:
                 _block_layer(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, alpha2, residual, M, N, ntk, th, rows,
                              side, act, memo)
-            if not fast:
+            else:
                 nlive -= _advance(layer, i0, m, first, live, qa, qb, qab, dd, sw, sb, (qa0, qb0, qab0, d0), alpha2,
                                   residual, general, M, norm, aux, N, ntk, th, memo, start, st_qa, st_qb, st_qab, st_d,
                                   st_th, status)

@@ -207,7 +207,7 @@ MEMO_V = True      # (read only where UNIFORM)
 
 
 @njit(inline="always", **OPTS)
-def C_equal(M, q, q12):      # (read only where UNIFORM)
+def C_equal(M, q, q12):      # (layer_maps at equal norms)
     return C(M, q, q, q12)
 
 
